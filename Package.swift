@@ -1,0 +1,122 @@
+// swift-tools-version: 6.2
+import PackageDescription
+
+let strict: [SwiftSetting] = [.enableUpcomingFeature("ExistentialAny")]
+
+let package = Package(
+    name: "entitlement-fleet",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "fleet", targets: ["fleet"]),
+        .library(name: "AppStoreVerification", targets: ["AppStoreVerification"]),
+        .library(name: "EntitlementDomain", targets: ["EntitlementDomain"]),
+        .library(name: "FleetKafka", targets: ["FleetKafka"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-crypto.git", "3.12.3"..<"5.0.0"),
+        .package(url: "https://github.com/apple/swift-certificates.git", from: "1.21.1"),
+        .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.4"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
+        .package(url: "https://github.com/apple/swift-configuration.git", from: "1.4.0", traits: [.defaults, "YAML"]),
+        .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
+        .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
+    ],
+    targets: [
+        // All librdkafka C calls go through this system library, used only by FleetKafka.
+        .systemLibrary(name: "CRdKafka", pkgConfig: "rdkafka", providers: [.apt(["librdkafka-dev"])]),
+        .target(
+            name: "FleetKafka",
+            dependencies: [
+                "CRdKafka",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
+        // Pure verification core: no I/O.
+        .target(
+            name: "AppStoreVerification",
+            dependencies: [
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+            ],
+            swiftSettings: strict
+        ),
+        // An Apple-shaped test PKI and JWS signer (tests, benchmarks, demo traffic). Never trusted in production.
+        .target(
+            name: "FleetTestPKI",
+            dependencies: [
+                "AppStoreVerification",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+            ],
+            swiftSettings: strict
+        ),
+        // Entitlement domain: mapping, event schema, product catalogue. No Kafka, no PostgreSQL.
+        .target(
+            name: "EntitlementDomain",
+            dependencies: [
+                "AppStoreVerification",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            swiftSettings: strict
+        ),
+        // Shared service plumbing: configuration, metrics/health HTTP, logging, signals.
+        .target(
+            name: "FleetOperations",
+            dependencies: [
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "Configuration", package: "swift-configuration"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+            ],
+            swiftSettings: strict
+        ),
+        .target(
+            name: "FleetWorker",
+            dependencies: [
+                "AppStoreVerification", "EntitlementDomain", "FleetKafka", "FleetOperations",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: strict
+        ),
+        .target(
+            name: "FleetSink",
+            dependencies: [
+                "EntitlementDomain", "FleetKafka", "FleetOperations",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: strict
+        ),
+        .executableTarget(
+            name: "fleet",
+            dependencies: [
+                "AppStoreVerification", "FleetTestPKI", "EntitlementDomain", "FleetKafka",
+                "FleetOperations", "FleetWorker", "FleetSink",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
+        .testTarget(name: "AppStoreVerificationTests", dependencies: ["AppStoreVerification", "FleetTestPKI"]),
+        .testTarget(name: "EntitlementDomainTests", dependencies: ["EntitlementDomain", "AppStoreVerification", "FleetTestPKI"]),
+        .testTarget(name: "FleetKafkaTests", dependencies: ["FleetKafka"]),
+        .testTarget(name: "FleetWorkerTests", dependencies: ["FleetWorker", "FleetKafka", "FleetTestPKI", "EntitlementDomain"]),
+        .testTarget(name: "FleetSinkTests", dependencies: ["FleetSink", "FleetKafka", "EntitlementDomain"]),
+        .testTarget(name: "FleetCLITests", dependencies: ["FleetTestPKI", "AppStoreVerification"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,10 @@
+import ArgumentParser
+
+@main
+struct Fleet: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "fleet",
+        abstract: "entitlement-fleet: verify App Store JWS from Kafka and maintain entitlements in PostgreSQL.",
+        subcommands: []
+    )
+}
