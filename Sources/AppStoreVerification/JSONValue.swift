@@ -22,7 +22,8 @@ public enum JSONValue: Sendable, Hashable {
     public var int64Value: Int64? {
         switch self {
         case .integer(let i): return i
-        case .number(let d) where d.rounded() == d && abs(d) < 9.0e15: return Int64(d)
+        // Xcode-signed data carries fractional milliseconds (1699175167738.4683): truncate.
+        case .number(let d) where d.isFinite && abs(d) < 9.0e15: return Int64(d.rounded(.towardZero))
         default: return nil
         }
     }

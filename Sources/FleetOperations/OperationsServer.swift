@@ -1,0 +1,109 @@
+import Foundation
+import Hummingbird
+import Logging
+import Metrics
+import Prometheus
+import ServiceLifecycle
+import Synchronization
+
+/// The process-wide Prometheus registry behind swift-metrics. Call `bootstrap()` once at process start.
+public enum FleetMetrics {
+    private static let state = Mutex<PrometheusCollectorRegistry?>(nil)
+
+    /// Installs Prometheus as the swift-metrics backend (idempotent) and returns its registry.
+    @discardableResult
+    public static func bootstrap() -> PrometheusCollectorRegistry {
+        state.withLock { current in
+            if let current { return current }
+            let registry = PrometheusCollectorRegistry()
+            var factory = PrometheusMetricsFactory(registry: registry)
+            factory.defaultDurationHistogramBuckets = [
+                .microseconds(50), .microseconds(100), .microseconds(250), .microseconds(500), .milliseconds(1),
+                .milliseconds(2), .milliseconds(5), .milliseconds(10), .milliseconds(25), .milliseconds(50),
+                .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1), .seconds(2.5), .seconds(5),
+            ]
+            factory.defaultValueHistogramBuckets = [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000]
+            MetricsSystem.bootstrap(factory)
+            current = registry
+            return registry
+        }
+    }
+
+    public static var registry: PrometheusCollectorRegistry { bootstrap() }
+}
+
+/// Readiness as a thread-safe flag set by the service that knows (consumer assigned, database reachable, ...).
+public final class Readiness: Sendable {
+    private let conditions = Mutex<[String: Bool]>([:])
+    private let gauge = Gauge(label: "fleet_ready")
+
+    public init() { gauge.record(0) }
+
+    /// Sets one named condition; the process is ready when every condition set so far is true.
+    public func set(_ name: String, _ value: Bool) {
+        let ready = conditions.withLock { c -> Bool in
+            c[name] = value
+            return c.values.allSatisfy { $0 }
+        }
+        gauge.record(ready ? 1 : 0)
+    }
+
+    public var isReady: Bool {
+        conditions.withLock { c in !c.isEmpty && c.values.allSatisfy { $0 } }
+    }
+
+    /// Names of the conditions that are false, for `/readyz` bodies and logs.
+    public var failing: [String] {
+        conditions.withLock { c in c.filter { !$0.value }.map(\.key).sorted() }
+    }
+}
+
+/// `GET /metrics` (Prometheus text), `GET /healthz` (200 while running), `GET /readyz` (200 / 503), as a Service.
+public struct OperationsServer: Service {
+    public let host: String
+    public let port: Int
+    public let readiness: Readiness
+    private let logger: Logger
+
+    public init(host: String = "0.0.0.0", port: Int, readiness: Readiness, logger: Logger) {
+        self.host = host
+        self.port = port
+        self.readiness = readiness
+        self.logger = logger
+    }
+
+    public func run() async throws {
+        let registry = FleetMetrics.registry
+        let readiness = self.readiness
+        let router = Router()
+        router.get("/metrics") { _, _ -> Response in
+            var buffer = [UInt8]()
+            buffer.reserveCapacity(16 * 1024)
+            registry.emit(into: &buffer)
+            return Response(
+                status: .ok,
+                headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
+                body: .init(byteBuffer: ByteBuffer(bytes: buffer))
+            )
+        }
+        router.get("/healthz") { _, _ -> Response in
+            Response(status: .ok, body: .init(byteBuffer: ByteBuffer(string: "ok\n")))
+        }
+        router.get("/readyz") { _, _ -> Response in
+            if readiness.isReady {
+                return Response(status: .ok, body: .init(byteBuffer: ByteBuffer(string: "ready\n")))
+            }
+            let failing = readiness.failing
+            let text = "not ready: " + (failing.isEmpty ? "starting" : failing.joined(separator: ", ")) + "\n"
+            return Response(status: .serviceUnavailable, body: .init(byteBuffer: ByteBuffer(string: text)))
+        }
+        var quiet = logger
+        quiet.logLevel = max(logger.logLevel, .notice)
+        let app = Application(
+            router: router,
+            configuration: .init(address: .hostname(host, port: port), serverName: "fleet"),
+            logger: quiet
+        )
+        try await app.runService(gracefulShutdownSignals: [])
+    }
+}
