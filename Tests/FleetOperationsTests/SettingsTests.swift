@@ -1,0 +1,120 @@
+import Foundation
+import Logging
+import Testing
+
+@testable import FleetOperations
+
+struct SettingsTests {
+    private func writeConfig(_ text: String) throws -> String {
+        let path = FileManager.default.temporaryDirectory.appendingPathComponent("fleet-\(UUID().uuidString).yaml").path
+        try text.write(toFile: path, atomically: true, encoding: .utf8)
+        return path
+    }
+
+    let yaml = """
+    kafka:
+      bootstrap-servers: file-broker:9092
+      properties:
+        security.protocol: SASL_SSL
+        sasl.mechanisms: SCRAM-SHA-512
+    worker:
+      group: file-group
+      input-topic: [raw-a, raw-b]
+      metrics-port: 9100
+      require-known-products: true
+    sink:
+      group: sink-group
+    """
+
+    @Test func flagBeatsEnvironmentBeatsFileBeatsDefault() async throws {
+        let path = try writeConfig(yaml)
+        let env = ["FLEET_GROUP": "env-group", "FLEET_KAFKA_SASL_USERNAME": "svc", "FLEET_KAFKA_SECURITY_PROTOCOL": "SSL"]
+        let s = try await FleetSettings(section: "worker", configFile: path, environment: env)
+        #expect(s.string("group", flag: "flag-group") == "flag-group")
+        #expect(s.string("group", flag: nil) == "env-group")
+        #expect(s.string("bootstrap-servers", flag: nil) == "file-broker:9092", "kafka.bootstrap-servers is the file fallback")
+        #expect(s.strings("input-topic", flag: []) == ["raw-a", "raw-b"])
+        #expect(s.strings("input-topic", flag: ["cli"]) == ["cli"])
+        #expect(try s.int("metrics-port", flag: nil, default: 9090) == 9100)
+        #expect(try s.int("shutdown-deadline-seconds", flag: nil, default: 25) == 25)
+        #expect(try s.bool("require-known-products", flag: false) == true)
+        let props = try s.kafkaProperties(flag: ["sasl.mechanisms=PLAIN"])
+        #expect(props["security.protocol"] == "SSL", "environment overrides the file")
+        #expect(props["sasl.username"] == "svc")
+        #expect(props["sasl.mechanisms"] == "PLAIN", "flags override everything")
+        let sink = try await FleetSettings(section: "sink", configFile: path, environment: [:])
+        #expect(sink.string("group", flag: nil) == "sink-group", "sections keep worker and sink apart")
+    }
+
+    @Test func environmentListsAreCommaSeparated() async throws {
+        let s = try await FleetSettings(section: "worker", configFile: nil, environment: ["FLEET_INPUT_TOPIC": "a, b,c", "FLEET_METRICS_PORT": "x"])
+        #expect(s.strings("input-topic", flag: []) == ["a", "b", "c"])
+        #expect(throws: FleetSettings.Error.self) { try s.int("metrics-port", flag: nil, default: 1) }
+        #expect(throws: FleetSettings.Error.self) { try s.requiredString("result-topic", flag: nil) }
+        #expect(throws: FleetSettings.Error.self) { try s.kafkaProperties(flag: ["novalue"]) }
+    }
+
+    @Test func missingConfigFileIsAClearError() async throws {
+        await #expect(throws: FleetSettings.Error.self) {
+            _ = try await FleetSettings(section: "worker", configFile: "/nonexistent/fleet.yaml", environment: [:])
+        }
+    }
+}
+
+struct OperationsServerTests {
+    @Test func servesMetricsHealthAndReadiness() async throws {
+        FleetMetrics.bootstrap()
+        let readiness = Readiness()
+        let port = Int.random(in: 20000..<40000)
+        let server = OperationsServer(host: "127.0.0.1", port: port, readiness: readiness, logger: Logger(label: "test"))
+        let task = Task { try await server.run() }
+        defer { task.cancel() }
+        func get(_ path: String) async -> (Int, String)? {
+            for _ in 0..<50 {
+                if let r = try? await httpGet(port: port, path: path) { return r }
+                try? await Task.sleep(for: .milliseconds(100))
+            }
+            return nil
+        }
+        let health = try #require(await get("/healthz"))
+        #expect(health.0 == 200)
+        let notReady = try #require(await get("/readyz"))
+        #expect(notReady.0 == 503)
+        readiness.set("kafka", true)
+        readiness.set("database", false)
+        #expect(try #require(await get("/readyz")).1.contains("database"))
+        readiness.set("database", true)
+        #expect(try #require(await get("/readyz")).0 == 200)
+        let metrics = try #require(await get("/metrics"))
+        #expect(metrics.0 == 200)
+        #expect(metrics.1.contains("fleet_ready 1"))
+    }
+}
+
+/// Minimal HTTP/1.1 GET over a socket, so the test needs no HTTP client package.
+func httpGet(port: Int, path: String) async throws -> (Int, String) {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { throw POSIXError(.EIO) }
+    defer { close(fd) }
+    var addr = sockaddr_in()
+    addr.sin_family = sa_family_t(AF_INET)
+    addr.sin_port = in_port_t(UInt16(port).bigEndian)
+    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+    let ok = withUnsafePointer(to: &addr) { p in
+        p.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+    }
+    guard ok == 0 else { throw POSIXError(.ECONNREFUSED) }
+    let request = "GET \(path) HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    _ = request.withCString { send(fd, $0, strlen($0), 0) }
+    var data = [UInt8]()
+    var buf = [UInt8](repeating: 0, count: 65536)
+    while true {
+        let n = recv(fd, &buf, buf.count, 0)
+        if n <= 0 { break }
+        data.append(contentsOf: buf[0..<n])
+    }
+    let text = String(decoding: data, as: UTF8.self)
+    let status = Int(text.split(separator: " ").dropFirst().first ?? "") ?? 0
+    let body = text.components(separatedBy: "\r\n\r\n").dropFirst().joined(separator: "\r\n\r\n")
+    return (status, body)
+}
