@@ -1,0 +1,158 @@
+import AppStoreVerification
+
+/// Fast JSON for the hot paths (worker encode, sink decode). Same wire format as the Codable conformance:
+/// field names as in `EntitlementEvent`, absent optionals omitted.
+extension EntitlementEvent {
+    public struct DecodingError: Error, Sendable, CustomStringConvertible {
+        public var reason: String
+        public var description: String { reason }
+    }
+
+    /// Compact UTF-8 JSON of this event.
+    public func jsonBytes() -> [UInt8] {
+        var w = Writer()
+        w.out.reserveCapacity(1024)
+        w.out.append(UInt8(ascii: "{"))
+        w.string("schema", schema)
+        w.string("eventId", eventId)
+        w.string("kind", kind)
+        w.string("effect", effect.rawValue)
+        w.string("reason", reason)
+        w.string("environment", environment)
+        w.string("bundleId", bundleId)
+        w.int("appAppleId", appAppleId)
+        w.string("subject", subject)
+        w.string("productId", productId)
+        w.string("productType", productType)
+        w.string("transactionId", transactionId)
+        w.string("originalTransactionId", originalTransactionId)
+        w.string("webOrderLineItemId", webOrderLineItemId)
+        w.string("appAccountToken", appAccountToken)
+        w.string("ownershipType", ownershipType)
+        w.int("quantity", quantity.map(Int64.init))
+        w.int("validFrom", validFrom)
+        w.int("validUntil", validUntil)
+        w.int("revocationDate", revocationDate)
+        w.int("revocationReason", revocationReason.map(Int64.init))
+        w.string("revocationType", revocationType)
+        w.int("revocationPercentage", revocationPercentage.map(Int64.init))
+        if let n = notification {
+            w.key("notification")
+            w.out.append(UInt8(ascii: "{"))
+            w.first = true
+            w.string("uuid", n.uuid)
+            w.string("type", n.type)
+            w.string("subtype", n.subtype)
+            w.int("signedDate", n.signedDate)
+            w.string("version", n.version)
+            w.out.append(UInt8(ascii: "}"))
+            w.first = false
+        }
+        w.int("signedDate", signedDate)
+        w.int("verifiedAt", verifiedAt)
+        w.key("source")
+        w.out.append(UInt8(ascii: "{"))
+        w.first = true
+        w.string("topic", source.topic)
+        w.int("partition", Int64(source.partition))
+        w.int("offset", source.offset)
+        w.string("inputKind", source.inputKind)
+        w.out.append(UInt8(ascii: "}"))
+        w.first = false
+        w.int("units", units.map(Int64.init))
+        w.string("entitlement", entitlement)
+        w.json("transaction", transaction)
+        w.json("renewalInfo", renewalInfo)
+        w.json("appTransaction", appTransaction)
+        w.json("details", details)
+        w.out.append(UInt8(ascii: "}"))
+        return w.out
+    }
+
+    /// Decodes an event from the result topic. Refuses other schema versions with a precise reason.
+    public init(jsonBytes bytes: [UInt8]) throws(DecodingError) {
+        let root: JSONValue
+        do { root = try JSONValue.parse(bytes: bytes, maxDepth: 64) } catch {
+            throw DecodingError(reason: "not JSON: \(error)")
+        }
+        guard case .object(let o) = root else { throw DecodingError(reason: "an event must be a JSON object") }
+        guard let schema = o["schema"]?.stringValue else { throw DecodingError(reason: "missing 'schema'") }
+        guard schema == Self.schemaVersion else {
+            throw DecodingError(reason: "unsupported schema '\(schema)' (this sink reads \(Self.schemaVersion))")
+        }
+        func str(_ k: String) throws(DecodingError) -> String {
+            guard let v = o[k]?.stringValue else { throw DecodingError(reason: "missing or non-string '\(k)'") }
+            return v
+        }
+        func int(_ k: String) throws(DecodingError) -> Int64 {
+            guard let v = o[k]?.int64Value else { throw DecodingError(reason: "missing or non-integer '\(k)'") }
+            return v
+        }
+        func optStr(_ k: String) -> String? { o[k]?.stringValue }
+        func optInt(_ k: String) -> Int64? { o[k]?.int64Value }
+        func optObj(_ k: String) -> JSONValue? {
+            if case .object? = o[k] { return o[k] }
+            return nil
+        }
+        guard let effect = EntitlementEffect(rawValue: try str("effect")) else {
+            throw DecodingError(reason: "unknown effect '\(o["effect"]?.stringValue ?? "")'")
+        }
+        guard case .object(let s)? = o["source"], let topic = s["topic"]?.stringValue,
+              let partition = s["partition"]?.int64Value, let offset = s["offset"]?.int64Value,
+              let inputKind = s["inputKind"]?.stringValue
+        else { throw DecodingError(reason: "missing or incomplete 'source'") }
+        var notification: EventNotification?
+        if case .object(let n)? = o["notification"] {
+            guard let uuid = n["uuid"]?.stringValue, let type = n["type"]?.stringValue,
+                  let signed = n["signedDate"]?.int64Value
+            else { throw DecodingError(reason: "incomplete 'notification'") }
+            notification = EventNotification(uuid: uuid, type: type, subtype: n["subtype"]?.stringValue,
+                                             signedDate: signed, version: n["version"]?.stringValue)
+        }
+        self.init(
+            eventId: try str("eventId"), kind: try str("kind"), effect: effect, reason: optStr("reason"),
+            environment: try str("environment"), bundleId: optStr("bundleId"), appAppleId: optInt("appAppleId"),
+            subject: optStr("subject"), productId: optStr("productId"), productType: optStr("productType"),
+            transactionId: optStr("transactionId"), originalTransactionId: optStr("originalTransactionId"),
+            webOrderLineItemId: optStr("webOrderLineItemId"), appAccountToken: optStr("appAccountToken"),
+            ownershipType: optStr("ownershipType"), quantity: optInt("quantity").map { Int($0) },
+            validFrom: optInt("validFrom"), validUntil: optInt("validUntil"), revocationDate: optInt("revocationDate"),
+            revocationReason: optInt("revocationReason").map { Int($0) }, revocationType: optStr("revocationType"),
+            revocationPercentage: optInt("revocationPercentage").map { Int($0) }, notification: notification,
+            signedDate: try int("signedDate"), verifiedAt: try int("verifiedAt"),
+            source: EventSource(topic: topic, partition: Int32(truncatingIfNeeded: partition), offset: offset, inputKind: inputKind),
+            units: optInt("units").map { Int($0) }, entitlement: optStr("entitlement"),
+            transaction: optObj("transaction"), renewalInfo: optObj("renewalInfo"),
+            appTransaction: optObj("appTransaction"), details: optObj("details"))
+    }
+}
+
+private struct Writer {
+    var out: [UInt8] = []
+    var first = true
+
+    mutating func key(_ k: String) {
+        if !first { out.append(UInt8(ascii: ",")) }
+        first = false
+        JSONValue.writeString(k, into: &out)
+        out.append(UInt8(ascii: ":"))
+    }
+
+    mutating func string(_ k: String, _ v: String?) {
+        guard let v else { return }
+        key(k)
+        JSONValue.writeString(v, into: &out)
+    }
+
+    mutating func int(_ k: String, _ v: Int64?) {
+        guard let v else { return }
+        key(k)
+        out.append(contentsOf: String(v).utf8)
+    }
+
+    mutating func json(_ k: String, _ v: JSONValue?) {
+        guard let v else { return }
+        key(k)
+        v.write(into: &out, sortedKeys: true)
+    }
+}

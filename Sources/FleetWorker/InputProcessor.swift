@@ -1,0 +1,65 @@
+import AppStoreVerification
+import EntitlementDomain
+import Foundation
+
+/// The result of processing one raw input: events for the result topic, or one rejection for the rejected topic.
+public enum ProcessOutcome: Sendable {
+    case events([EntitlementEvent], inputKind: String)
+    case rejected(reason: RejectionReason, detail: String)
+}
+
+/// Where a raw input came from.
+public struct InputCoordinates: Sendable, Hashable {
+    public var topic: String
+    public var partition: Int32
+    public var offset: Int64
+
+    public init(topic: String, partition: Int32, offset: Int64) {
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+    }
+}
+
+/// Verifies one raw input with the core and maps it to entitlement events. Pure: no I/O, safe from any thread.
+public struct InputProcessor: Sendable {
+    /// Header naming the device whose `deviceVerification` the transaction must match (seeds: device check).
+    public static let deviceVerificationHeader = "device-verification-id"
+
+    public let verifier: SignedDataVerifier
+    public let mapper: EntitlementMapper
+    private let now: @Sendable () -> Int64
+
+    public init(verifier: SignedDataVerifier, mapper: EntitlementMapper, now: @escaping @Sendable () -> Int64 = InputProcessor.currentMillis) {
+        self.verifier = verifier
+        self.mapper = mapper
+        self.now = now
+    }
+
+    public static let currentMillis: @Sendable () -> Int64 = { Int64((Date().timeIntervalSince1970 * 1000).rounded()) }
+
+    public func process(value: [UInt8], deviceVerificationId: String?, at source: InputCoordinates) -> ProcessOutcome {
+        let item: VerifiedItem
+        do {
+            item = try value.withUnsafeBufferPointer { buffer throws(VerificationError) in try verifier.verify(buffer: buffer) }
+        } catch {
+            let detail = error.field.map { "\($0): \(error.detail)" } ?? error.detail
+            return .rejected(reason: error.reason, detail: detail)
+        }
+        let input = VerifiedInput(item)
+        if let device = deviceVerificationId, !device.isEmpty {
+            guard let transaction = input.kind == .transaction ? input.payload : input.transaction else {
+                return .rejected(reason: .deviceVerificationMismatch, detail: "a device-verification-id header was given but the input carries no transaction")
+            }
+            do { try EntitlementMapper.checkDeviceVerification(transaction: transaction, deviceVerificationId: device) } catch {
+                return .rejected(reason: error.reason, detail: error.detail)
+            }
+        }
+        let eventSource = EventSource(topic: source.topic, partition: source.partition, offset: source.offset, inputKind: item.kind)
+        do {
+            return .events(try mapper.events(for: input, source: eventSource, verifiedAt: now()), inputKind: item.kind)
+        } catch {
+            return .rejected(reason: error.reason, detail: error.detail)
+        }
+    }
+}

@@ -1,0 +1,336 @@
+import AppStoreVerification
+import Dispatch
+import EntitlementDomain
+import FleetKafka
+import FleetOperations
+import Foundation
+import Logging
+import Metrics
+import ServiceLifecycle
+import Synchronization
+
+/// Everything a verifier worker needs, resolved from flags / environment / config file.
+public struct WorkerConfiguration: Sendable {
+    public var kafka: KafkaConfiguration
+    public var group: String
+    public var inputTopics: [String]
+    public var resultTopic: String
+    public var rejectedTopic: String
+    public var policy: VerificationPolicy
+    public var catalogue: ProductCatalogue
+    public var requireKnownProducts: Bool
+    /// Verification threads (default: every core).
+    public var threads: Int
+    public var maxBatch: Int
+    public var shutdownDeadline: Duration
+    public var chainCacheCapacity: Int
+    public var lagInterval: Duration
+
+    public init(
+        kafka: KafkaConfiguration, group: String, inputTopics: [String], resultTopic: String, rejectedTopic: String,
+        policy: VerificationPolicy, catalogue: ProductCatalogue = ProductCatalogue(), requireKnownProducts: Bool = false,
+        threads: Int = ProcessInfo.processInfo.activeProcessorCount, maxBatch: Int = 1000,
+        shutdownDeadline: Duration = .seconds(25), chainCacheCapacity: Int = 1024, lagInterval: Duration = .seconds(5)
+    ) {
+        self.kafka = kafka
+        self.group = group
+        self.inputTopics = inputTopics
+        self.resultTopic = resultTopic
+        self.rejectedTopic = rejectedTopic
+        self.policy = policy
+        self.catalogue = catalogue
+        self.requireKnownProducts = requireKnownProducts
+        self.threads = max(1, threads)
+        self.maxBatch = max(1, maxBatch)
+        self.shutdownDeadline = shutdownDeadline
+        self.chainCacheCapacity = chainCacheCapacity
+        self.lagInterval = lagInterval
+    }
+}
+
+/// Headers of rejected-topic records.
+public enum RejectedHeaders {
+    public static let reason = "reason"
+    public static let detail = "detail"
+    public static let sourceTopic = "source-topic"
+    public static let sourcePartition = "source-partition"
+    public static let sourceOffset = "source-offset"
+}
+
+/// Consumes raw JWS topics, verifies in parallel, produces entitlement events (or rejections) in input order per
+/// partition, and stores an input's offset only after every one of its outputs was acknowledged by the broker.
+public final class VerifierWorker: Service, Sendable {
+    public let configuration: WorkerConfiguration
+    public let readiness: Readiness
+    public let chainCache: ChainCache
+    private let processor: InputProcessor
+    private let logger: Logger
+    private let metrics = WorkerMetrics()
+    private let stats = Mutex(WorkerStats())
+
+    public struct WorkerStats: Sendable {
+        public var inputs = 0
+        public var verified = 0
+        public var rejected = 0
+        public var events = 0
+        public var deliveryRetries = 0
+    }
+
+    public var statistics: WorkerStats { stats.withLock { $0 } }
+
+    public init(configuration: WorkerConfiguration, readiness: Readiness = Readiness(), logger: Logger) throws {
+        self.configuration = configuration
+        self.readiness = readiness
+        self.logger = logger
+        self.chainCache = ChainCache(capacity: configuration.chainCacheCapacity)
+        let verifier = SignedDataVerifier(policy: configuration.policy, chainCache: chainCache)
+        self.processor = InputProcessor(
+            verifier: verifier,
+            mapper: EntitlementMapper(catalogue: configuration.catalogue, requireKnownProducts: configuration.requireKnownProducts))
+    }
+
+    public func run() async throws {
+        let c = configuration
+        let consumer = try KafkaConsumer(configuration: c.kafka, groupId: c.group, topics: c.inputTopics)
+        let producer = try KafkaProducer(configuration: c.kafka)
+        readiness.set("kafka-assignment", false)
+        logger.info("worker started", metadata: [
+            "group": "\(c.group)", "topics": "\(c.inputTopics.joined(separator: ","))", "threads": "\(c.threads)",
+        ])
+        let inFlight = InFlightInputs()
+        let lagTask = Task { [logger] in await Self.reportLag(configuration: c, logger: logger) }
+        defer { lagTask.cancel() }
+
+        await withGracefulShutdownHandler {
+            while !Task.isCancelled && !Task.isShuttingDownGracefully {
+                let batch: [KafkaMessage]
+                do {
+                    batch = try await consumer.nextBatch(maxMessages: c.maxBatch, timeout: .milliseconds(200))
+                } catch {
+                    logger.error("consume failed; retrying", metadata: ["error": "\(error)"])
+                    readiness.set("kafka-assignment", false)
+                    try? await Task.sleep(for: .milliseconds(500))
+                    continue
+                }
+                readiness.set("kafka-assignment", consumer.isReady)
+                self.publishCacheCounters()
+                if batch.isEmpty { continue }
+                metrics.batchSize.record(batch.count)
+                await self.processBatch(batch, consumer: consumer, producer: producer, inFlight: inFlight)
+            }
+        } onGracefulShutdown: { [logger] in
+            logger.info("graceful shutdown requested: finishing in-flight work")
+        }
+        readiness.set("kafka-assignment", false)
+        // Finish: every output already enqueued gets its delivery report (or the deadline passes), then offsets of
+        // completed inputs are stored and committed by the consumer's close.
+        let deadline = ContinuousClock.now + c.shutdownDeadline
+        let flushed = await producer.flush(deadline: max(.milliseconds(100), (deadline - .now) * 0.6))
+        if !flushed {
+            logger.warning("some outputs were not acknowledged before the deadline; their inputs stay uncommitted and will be redelivered", metadata: ["outstanding": "\(inFlight.count)"])
+        }
+        let closed = await consumer.close(deadline: max(.milliseconds(100), deadline - .now))
+        producer.close(timeout: .milliseconds(200))
+        logger.info("worker stopped", metadata: ["consumer-closed-cleanly": "\(closed)", "inputs": "\(statistics.inputs)"])
+    }
+
+    /// Verification runs on dedicated threads (never the cooperative pool), `threads` at a time; the outputs are then
+    /// enqueued in input order from that same thread (the producer may block for backpressure).
+    func processBatch(_ batch: [KafkaMessage], consumer: KafkaConsumer, producer: KafkaProducer, inFlight: InFlightInputs) async {
+        let threads = configuration.threads
+        let processor = self.processor
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            DispatchQueue.global(qos: .userInitiated).async {
+                let outcomes = Self.verifyInParallel(batch, processor: processor, threads: threads, metrics: self.metrics)
+                for (message, outcome) in zip(batch, outcomes) {
+                    self.emit(message: message, outcome: outcome, consumer: consumer, producer: producer, inFlight: inFlight)
+                }
+                done.resume()
+            }
+        }
+    }
+
+    static func verifyInParallel(_ batch: [KafkaMessage], processor: InputProcessor, threads: Int, metrics: WorkerMetrics) -> [ProcessOutcome] {
+        let n = batch.count
+        let results = ResultSlots(count: n)
+        let chunks = min(n, threads * 4)
+        let chunkSize = (n + chunks - 1) / chunks
+        DispatchQueue.concurrentPerform(iterations: chunks) { chunk in
+            let start = chunk * chunkSize
+            let end = min(n, start + chunkSize)
+            guard start < end else { return }
+            for i in start..<end {
+                let m = batch[i]
+                let began = ContinuousClock.now
+                let device = m.headers.last(where: { $0.key == InputProcessor.deviceVerificationHeader })
+                    .map { String(decoding: $0.value, as: UTF8.self) }
+                let outcome = processor.process(
+                    value: m.value, deviceVerificationId: device,
+                    at: InputCoordinates(topic: m.topic, partition: m.partition, offset: m.offset))
+                metrics.verifyLatency.recordInterval(ContinuousClock.now - began)
+                results.set(i, outcome)
+            }
+        }
+        return results.values
+    }
+
+    private func emit(message m: KafkaMessage, outcome: ProcessOutcome, consumer: KafkaConsumer, producer: KafkaProducer, inFlight: InFlightInputs) {
+        var outputs: [OutgoingMessage] = []
+        metrics.inputs(topic: m.topic).increment()
+        switch outcome {
+        case .events(let events, _):
+            metrics.verdict(verified: true, reason: "VERIFIED").increment()
+            for e in events {
+                metrics.events(kind: e.kind, effect: e.effect.rawValue).increment()
+                outputs.append(OutgoingMessage(
+                    topic: configuration.resultTopic,
+                    key: Array(EntitlementMapper.partitionKey(for: e).utf8),
+                    value: e.jsonBytes(),
+                    headers: [KafkaHeader(key: "event-kind", string: e.kind), KafkaHeader(key: "event-id", string: e.eventId)]))
+            }
+            stats.withLock { $0.inputs += 1; $0.verified += 1; $0.events += events.count }
+        case .rejected(let reason, let detail):
+            metrics.verdict(verified: false, reason: reason.rawValue).increment()
+            outputs.append(OutgoingMessage(
+                topic: configuration.rejectedTopic, key: m.key, value: m.value,
+                headers: [
+                    KafkaHeader(key: RejectedHeaders.reason, string: reason.rawValue),
+                    KafkaHeader(key: RejectedHeaders.detail, string: String(detail.prefix(2000))),
+                    KafkaHeader(key: RejectedHeaders.sourceTopic, string: m.topic),
+                    KafkaHeader(key: RejectedHeaders.sourcePartition, string: String(m.partition)),
+                    KafkaHeader(key: RejectedHeaders.sourceOffset, string: String(m.offset)),
+                ]))
+            stats.withLock { $0.inputs += 1; $0.rejected += 1 }
+        }
+        if outputs.isEmpty {
+            consumer.markProcessed(m)
+            return
+        }
+        let remaining = Atomic<Int>(outputs.count)
+        inFlight.add(1)
+        let coordinates = (m.topic, m.partition, m.offset)
+        for out in outputs {
+            send(out, attempt: 0, producer: producer) {
+                if remaining.subtract(1, ordering: .acquiringAndReleasing).newValue == 0 {
+                    consumer.markProcessed(topic: coordinates.0, partition: coordinates.1, offset: coordinates.2)
+                    inFlight.add(-1)
+                }
+            }
+        }
+    }
+
+    /// Enqueues one output; a failed delivery is retried with backoff (broker errors are retryable) for as long as the
+    /// process runs. The input's offset is not stored until every output is acknowledged, so a process that stops with
+    /// outputs pending leaves the input to be redelivered.
+    private func send(_ message: OutgoingMessage, attempt: Int, producer: KafkaProducer, onDelivered: @escaping @Sendable () -> Void) {
+        let logger = self.logger
+        let stats = self.stats
+        let metrics = self.metrics
+        let completion: @Sendable (Result<DeliveryReport, KafkaError>) -> Void = { [weak self] result in
+            switch result {
+            case .success:
+                onDelivered()
+            case .failure(let error):
+                metrics.deliveryRetries.increment()
+                stats.withLock { $0.deliveryRetries += 1 }
+                let backoff = min(5_000, 100 * (1 << min(attempt, 6)))
+                logger.warning("delivery failed; retrying", metadata: ["topic": "\(message.topic)", "error": "\(error)", "attempt": "\(attempt + 1)", "backoff-ms": "\(backoff)"])
+                DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(backoff)) {
+                    self?.send(message, attempt: attempt + 1, producer: producer, onDelivered: onDelivered)
+                }
+            }
+        }
+        do {
+            try producer.enqueue(message, completion: completion)
+        } catch {
+            completion(.failure(error))
+        }
+    }
+
+    private func publishCacheCounters() {
+        metrics.publishCache(hits: chainCache.hits, misses: chainCache.misses)
+    }
+
+    /// Publishes this group's consumer lag as `fleet_consumer_lag{group,topic,partition}` every `lagInterval`.
+    static func reportLag(configuration c: WorkerConfiguration, logger: Logger) async {
+        let admin = KafkaAdmin(configuration: c.kafka)
+        while !Task.isCancelled {
+            if let lags = try? await admin.consumerLag(groupId: c.group, topics: c.inputTopics) {
+                for l in lags {
+                    Gauge(label: "fleet_consumer_lag", dimensions: [("group", c.group), ("topic", l.topic), ("partition", String(l.partition))]).record(l.lag)
+                }
+            }
+            try? await Task.sleep(for: c.lagInterval)
+        }
+    }
+}
+
+/// Inputs whose outputs are not all acknowledged yet.
+final class InFlightInputs: Sendable {
+    private let value = Atomic<Int>(0)
+    func add(_ n: Int) { value.add(n, ordering: .relaxed) }
+    var count: Int { value.load(ordering: .relaxed) }
+}
+
+/// Pre-sized result slots written by index from several threads (each index exactly once).
+final class ResultSlots: @unchecked Sendable {
+    // Safety: every index is written by exactly one thread inside concurrentPerform, and read only after it returns.
+    private let storage: UnsafeMutableBufferPointer<ProcessOutcome?>
+
+    init(count: Int) {
+        storage = .allocate(capacity: count)
+        storage.initialize(repeating: nil)
+    }
+
+    deinit {
+        storage.deinitialize()
+        storage.deallocate()
+    }
+
+    func set(_ i: Int, _ v: ProcessOutcome) { storage[i] = v }
+
+    var values: [ProcessOutcome] {
+        storage.map { $0 ?? .rejected(reason: RejectionReason(rawValue: "INTERNAL_ERROR"), detail: "no outcome") }
+    }
+}
+
+/// The worker's Prometheus metrics (names in the README and the chart's dashboard).
+final class WorkerMetrics: Sendable {
+    let batchSize = Recorder(label: "fleet_worker_batch_size", aggregate: true)
+    let verifyLatency = Metrics.Timer(label: "fleet_worker_verify_seconds")
+    let deliveryRetries = Counter(label: "fleet_worker_delivery_retries_total")
+    private let cacheHits = Counter(label: "fleet_verifier_chain_cache_hits_total")
+    private let cacheMisses = Counter(label: "fleet_verifier_chain_cache_misses_total")
+    private let published = Mutex<(hits: Int, misses: Int)>((0, 0))
+    private let counters = Mutex<[String: Counter]>([:])
+
+    private func counter(_ label: String, _ dims: [(String, String)]) -> Counter {
+        let key = label + dims.map { "|\($0.0)=\($0.1)" }.joined()
+        return counters.withLock { c in
+            if let existing = c[key] { return existing }
+            let made = Counter(label: label, dimensions: dims)
+            c[key] = made
+            return made
+        }
+    }
+
+    func inputs(topic: String) -> Counter { counter("fleet_worker_inputs_total", [("topic", topic)]) }
+
+    func verdict(verified: Bool, reason: String) -> Counter {
+        counter("fleet_worker_verdicts_total", [("verdict", verified ? "verified" : "rejected"), ("reason", reason)])
+    }
+
+    func events(kind: String, effect: String) -> Counter {
+        counter("fleet_worker_events_total", [("kind", kind), ("effect", effect)])
+    }
+
+    func publishCache(hits: Int, misses: Int) {
+        let (dh, dm) = published.withLock { p -> (Int, Int) in
+            let d = (hits - p.hits, misses - p.misses)
+            p = (hits, misses)
+            return d
+        }
+        if dh > 0 { cacheHits.increment(by: dh) }
+        if dm > 0 { cacheMisses.increment(by: dm) }
+    }
+}

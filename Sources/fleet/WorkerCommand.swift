@@ -1,0 +1,152 @@
+import AppStoreVerification
+import ArgumentParser
+import EntitlementDomain
+import FleetKafka
+import FleetOperations
+import FleetWorker
+import Foundation
+import Logging
+import ServiceLifecycle
+
+/// Flags shared by the long-running processes (worker, sink): config file, Kafka, metrics, logging, shutdown.
+struct ServiceOptions: ParsableArguments {
+    @Option(help: "YAML config file (default: $FLEET_CONFIG, else config/fleet.yaml when present).")
+    var config: String?
+
+    @Option(help: "Kafka bootstrap servers, host:port[,host:port...].")
+    var bootstrapServers: String?
+
+    @Option(help: "Consumer group.")
+    var group: String?
+
+    @Option(name: .customLong("kafka-property"), help: "Any librdkafka property, key=value (repeatable), e.g. security.protocol=SASL_SSL.")
+    var kafkaProperties: [String] = []
+
+    @Option(help: "Port for /metrics, /healthz and /readyz.")
+    var metricsPort: Int?
+
+    @Option(help: "Seconds allowed for a graceful shutdown after SIGTERM.")
+    var shutdownDeadlineSeconds: Int?
+
+    @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
+    var logLevel: String?
+
+    @Option(help: "Log format: json or text.")
+    var logFormat: String?
+}
+
+struct Worker: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Verify raw App Store JWS from Kafka and emit verified entitlement events (or rejections).")
+
+    @OptionGroup var service: ServiceOptions
+
+    @Option(name: .customLong("input-topic"), help: "Raw topic to consume (repeatable).")
+    var inputTopics: [String] = []
+
+    @Option(help: "Topic for verified entitlement events.")
+    var resultTopic: String?
+
+    @Option(help: "Topic for rejected inputs (original bytes, reason in headers).")
+    var rejectedTopic: String?
+
+    @Option(name: .customLong("root-certificate"), help: "Trusted root certificate, DER or PEM (repeatable).")
+    var rootCertificates: [String] = []
+
+    @Option(help: "The app's bundle id.")
+    var bundleId: String?
+
+    @Option(name: .customLong("environment"), help: "Accepted environment: Production, Sandbox (repeatable).")
+    var environments: [String] = []
+
+    @Option(help: "The app's Apple id (required for Production).")
+    var appAppleId: Int64?
+
+    @Option(help: "Product catalogue (YAML or JSON).")
+    var products: String?
+
+    @Flag(help: "Reject purchases of products missing from the catalogue (UNKNOWN_PRODUCT).")
+    var requireKnownProducts = false
+
+    @Option(help: "Validation time of certificates: signed-date (offline, default) or now.")
+    var validationTime: String?
+
+    @Option(help: "Verification threads (default: every core).")
+    var threads: Int?
+
+    @Flag(help: "Development only: accept Xcode/LocalTesting data, which is not signed by Apple.")
+    var allowUnsignedEnvironments = false
+
+    func run() async throws {
+        let settings: FleetSettings
+        do {
+            settings = try await FleetSettings(section: "worker", configFile: service.config)
+        } catch {
+            throw ValidationError("\(error)")
+        }
+        FleetLogging.bootstrap(format: settings.string("log-format", flag: service.logFormat, default: "json")!,
+                               level: settings.string("log-level", flag: service.logLevel, default: "info")!)
+        let logger = Logger(label: "fleet.worker")
+        let resolved: WorkerConfiguration
+        let metricsPort: Int
+        do {
+            resolved = try await resolve(settings)
+            metricsPort = try settings.int("metrics-port", flag: service.metricsPort, default: 9090)
+        } catch {
+            throw ValidationError("\(error)")
+        }
+        FleetMetrics.bootstrap()
+        let readiness = Readiness()
+        let worker = try VerifierWorker(configuration: resolved, readiness: readiness, logger: logger)
+        let ops = OperationsServer(port: metricsPort, readiness: readiness, logger: logger)
+        let group = ServiceGroup(configuration: .init(
+            services: [
+                .init(service: worker, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup),
+                .init(service: ops),
+            ],
+            gracefulShutdownSignals: [.sigterm, .sigint],
+            logger: logger))
+        try await group.run()
+    }
+
+    func resolve(_ s: FleetSettings) async throws -> WorkerConfiguration {
+        let bootstrap = try s.requiredString("bootstrap-servers", flag: service.bootstrapServers)
+        let topics = s.strings("input-topic", flag: inputTopics, default: ["appstore.raw"])
+        let rootPaths = s.strings("root-certificate", flag: rootCertificates)
+        guard !rootPaths.isEmpty else { throw FleetSettings.Error.missing(key: "root-certificate") }
+        let roots = try rootPaths.map { try RootCertificateFile.load(path: $0) }
+        let envNames = s.strings("environment", flag: environments, default: ["Production"])
+        var envs = Set<AppStoreVerification.Environment>()
+        for name in envNames {
+            guard let e = AppStoreVerification.Environment(parsing: name) else {
+                throw FleetSettings.Error.invalidValue(key: "environment", value: name, expected: "Production, Sandbox, Xcode or LocalTesting")
+            }
+            envs.insert(e)
+        }
+        let timeText = s.string("validation-time", flag: validationTime, default: "signed-date")!
+        guard let time = ValidationTime(rawValue: timeText) else {
+            throw FleetSettings.Error.invalidValue(key: "validation-time", value: timeText, expected: "signed-date or now")
+        }
+        let policy = try VerificationPolicy(
+            roots: roots, bundleId: try s.requiredString("bundle-id", flag: bundleId),
+            appAppleId: try s.optionalInt64("app-apple-id", flag: appAppleId), environments: envs,
+            validationTime: time,
+            allowUnsignedEnvironments: try s.bool("allow-unsigned-environments", flag: allowUnsignedEnvironments))
+        var catalogue = ProductCatalogue()
+        if let path = s.string("products", flag: products) {
+            catalogue = try ProductCatalogue.load(path: path)
+        }
+        let kafka = KafkaConfiguration(
+            bootstrapServers: bootstrap, clientId: "fleet-worker",
+            properties: try s.kafkaProperties(flag: service.kafkaProperties))
+        return WorkerConfiguration(
+            kafka: kafka, group: s.string("group", flag: service.group, default: "fleet-verifiers")!,
+            inputTopics: topics,
+            resultTopic: s.string("result-topic", flag: resultTopic, default: "entitlements.verified")!,
+            rejectedTopic: s.string("rejected-topic", flag: rejectedTopic, default: "appstore.rejected")!,
+            policy: policy, catalogue: catalogue,
+            requireKnownProducts: try s.bool("require-known-products", flag: requireKnownProducts),
+            threads: try s.int("threads", flag: threads, default: ProcessInfo.processInfo.activeProcessorCount),
+            shutdownDeadline: .seconds(try s.int("shutdown-deadline-seconds", flag: service.shutdownDeadlineSeconds, default: 25)))
+    }
+}
