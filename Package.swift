@@ -103,11 +103,21 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
+        // `fleet demo` / `fleet bench pipeline`: the whole stack on embedded defaults, and its traffic generator.
+        .target(
+            name: "FleetDemo",
+            dependencies: [
+                "AppStoreVerification", "FleetTestPKI", "EntitlementDomain", "FleetKafka", "FleetOperations", "FleetSink",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
         .executableTarget(
             name: "fleet",
             dependencies: [
                 "AppStoreVerification", "FleetTestPKI", "EntitlementDomain", "FleetKafka",
-                "FleetOperations", "FleetWorker", "FleetSink",
+                "FleetOperations", "FleetWorker", "FleetSink", "FleetDemo",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),

@@ -88,33 +88,11 @@ struct OperationsServerTests {
         let metrics = try #require(await get("/metrics"))
         #expect(metrics.0 == 200)
         #expect(metrics.1.contains("fleet_ready 1"))
+        #expect(HTTPProbe.sumMetric(metrics.1, name: "fleet_ready")[""] == 1)
     }
 }
 
-/// Minimal HTTP/1.1 GET over a socket, so the test needs no HTTP client package.
 func httpGet(port: Int, path: String) async throws -> (Int, String) {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    guard fd >= 0 else { throw POSIXError(.EIO) }
-    defer { close(fd) }
-    var addr = sockaddr_in()
-    addr.sin_family = sa_family_t(AF_INET)
-    addr.sin_port = in_port_t(UInt16(port).bigEndian)
-    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-    let ok = withUnsafePointer(to: &addr) { p in
-        p.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-    }
-    guard ok == 0 else { throw POSIXError(.ECONNREFUSED) }
-    let request = "GET \(path) HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
-    _ = request.withCString { send(fd, $0, strlen($0), 0) }
-    var data = [UInt8]()
-    var buf = [UInt8](repeating: 0, count: 65536)
-    while true {
-        let n = recv(fd, &buf, buf.count, 0)
-        if n <= 0 { break }
-        data.append(contentsOf: buf[0..<n])
-    }
-    let text = String(decoding: data, as: UTF8.self)
-    let status = Int(text.split(separator: " ").dropFirst().first ?? "") ?? 0
-    let body = text.components(separatedBy: "\r\n\r\n").dropFirst().joined(separator: "\r\n\r\n")
-    return (status, body)
+    guard let r = HTTPProbe.get(port: port, path: path) else { throw POSIXError(.ECONNREFUSED) }
+    return (r.status, r.body)
 }

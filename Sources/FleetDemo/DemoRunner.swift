@@ -1,0 +1,421 @@
+import AppStoreVerification
+import FleetKafka
+import FleetOperations
+import FleetSink
+import FleetTestPKI
+import Foundation
+import Logging
+import PostgresNIO
+
+/// Runs the whole fleet on embedded defaults, as separate processes like in production: librdkafka's mock cluster
+/// (3 brokers) hosted here, a throwaway PostgreSQL, N `fleet worker` processes and one `fleet sink`; then publishes
+/// demo traffic at a steady rate and reports what happened.
+public final class DemoRunner: @unchecked Sendable {
+    // Safety: mutable state is touched only from the single task that calls `run()`; children are stopped there too.
+
+    public struct Options: Sendable {
+        public var executable: String
+        public var workers = 2
+        public var threadsPerWorker = 1
+        public var partitions = 6
+        public var ratePerSecond = 1500
+        public var traffic = DemoTraffic.Options()
+        public var keepRunning = false
+        /// No live display (benchmarks); the summary is still returned.
+        public var quiet = false
+        public var drainTimeout: Duration = .seconds(120)
+        public init(executable: String) { self.executable = executable }
+    }
+
+    public struct Summary: Sendable, Codable {
+        public var published = 0
+        public var publishSeconds = 0.0
+        public var totalSeconds = 0.0
+        public var processedInputs = 0
+        public var rejectedByReason: [String: Int] = [:]
+        public var eventsWritten = 0
+        public var eventsByKind: [String: Int] = [:]
+        public var activeByEntitlement: [String: Int] = [:]
+        public var ticketBalances: [String: Double] = [:]
+        public var staleEvents = 0
+        /// End-to-end latencies (published -> row in PostgreSQL), milliseconds, sampled per event.
+        public var latencyMillis: [Double] = []
+    }
+
+    public static let rawTopic = "appstore.raw"
+    public static let resultTopic = "entitlements.verified"
+    public static let rejectedTopic = "appstore.rejected"
+    public static let sinkRejectedTopic = "entitlements.sink-rejected"
+    public static let workerGroup = "fleet-verifiers"
+    public static let sinkGroup = "fleet-sink"
+
+    let options: Options
+    let logger: Logger
+    var cluster: EmbeddedKafkaCluster?
+    var postgres: ThrowawayPostgres?
+    var children: [(name: String, process: Process, port: Int)] = []
+    public private(set) var directory = ""
+
+    public init(options: Options, logger: Logger = Logger(label: "fleet.demo")) {
+        self.options = options
+        self.logger = logger
+    }
+
+    private func say(_ s: String) {
+        guard !options.quiet else { return }
+        print(s)
+        fflush(stdout)
+    }
+
+    // MARK: - Stack
+
+    public func start() async throws {
+        directory = FileManager.default.temporaryDirectory.appendingPathComponent("fleet-demo-\(UUID().uuidString.prefix(8))").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        say("== entitlement-fleet demo (work directory \(directory))")
+
+        let cluster = try EmbeddedKafkaCluster(brokers: 3)
+        self.cluster = cluster
+        try cluster.createTopic(Self.rawTopic, partitions: options.partitions)
+        try cluster.createTopic(Self.resultTopic, partitions: options.partitions)
+        try cluster.createTopic(Self.rejectedTopic, partitions: 3)
+        try cluster.createTopic(Self.sinkRejectedTopic, partitions: 1)
+        say("kafka      embedded cluster, 3 brokers: \(cluster.bootstrapServers)")
+
+        let pg = try await ThrowawayPostgres(database: "fleet", logger: logger)
+        postgres = pg
+        say("postgres   throwaway server: \(pg.url)")
+        try runToCompletion(["migrate", "--database-url", pg.url], name: "migrate")
+
+        let pki = try TestPKI()
+        let rootPath = directory + "/test-root.der"
+        FileManager.default.createFile(atPath: rootPath, contents: Data(TestPKI.der(pki.root)))
+        let productsPath = directory + "/products.yaml"
+        try DemoTraffic.catalogueYAML.write(toFile: productsPath, atomically: true, encoding: .utf8)
+        self.pki = pki
+
+        for i in 0..<options.workers {
+            let port = Self.freePort()
+            try spawn("worker-\(i + 1)", port: port, [
+                "worker", "--bootstrap-servers", cluster.bootstrapServers, "--group", Self.workerGroup,
+                "--input-topic", Self.rawTopic, "--result-topic", Self.resultTopic, "--rejected-topic", Self.rejectedTopic,
+                "--root-certificate", rootPath, "--bundle-id", options.traffic.bundleId,
+                "--environment", options.traffic.environment.rawValue, "--app-apple-id", String(options.traffic.appAppleId),
+                "--products", productsPath, "--metrics-port", String(port), "--threads", String(options.threadsPerWorker),
+                "--shutdown-deadline-seconds", "10",
+            ])
+        }
+        let sinkPort = Self.freePort()
+        try spawn("sink", port: sinkPort, [
+            "sink", "--bootstrap-servers", cluster.bootstrapServers, "--group", Self.sinkGroup,
+            "--result-topic", Self.resultTopic, "--rejected-topic", Self.sinkRejectedTopic,
+            "--database-url", pg.url, "--metrics-port", String(sinkPort), "--shutdown-deadline-seconds", "10",
+        ])
+        say("processes  \(options.workers) verifier worker(s) + 1 sink, logs in \(directory)/*.log; waiting for readiness...")
+        try await waitReady(timeout: .seconds(90))
+        say("ready      all processes report /readyz 200")
+    }
+
+    var pki: TestPKI?
+
+    public func stop() async {
+        for c in children where c.process.isRunning { kill(c.process.processIdentifier, SIGTERM) }
+        let deadline = ContinuousClock.now + .seconds(20)
+        for c in children {
+            while c.process.isRunning && ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(50)) }
+            if c.process.isRunning { kill(c.process.processIdentifier, SIGKILL) }
+        }
+        children.removeAll()
+        postgres?.destroy()
+        postgres = nil
+        cluster?.shutdown()
+        cluster = nil
+    }
+
+    // MARK: - Traffic
+
+    public func run() async throws -> Summary {
+        let began = ContinuousClock.now
+        try await start()
+        var summary = Summary()
+        do {
+            guard let cluster, let pki, let pg = postgres else { throw DemoError("stack did not start") }
+            say("traffic    generating \(options.traffic.subscribers) subscribers over \(options.traffic.months) months, \(options.traffic.ticketBuyers) ticket buyers...")
+            let traffic = try DemoTraffic(pki: pki, options: options.traffic)
+            say("traffic    \(traffic.items.count) inputs (\(traffic.items.filter { $0.expectation != "valid" && $0.expectation != "replay" }.count) bad, \(traffic.items.filter { $0.expectation == "replay" }.count) replays); publishing at \(options.ratePerSecond)/s")
+            let db = try await connect(pg.url)
+            defer { Task { try? await db.close() } }
+            let publishStart = ContinuousClock.now
+            try await publish(traffic, cluster: cluster, db: db)
+            summary.publishSeconds = (ContinuousClock.now - publishStart).seconds
+            summary.published = traffic.items.count
+            try await drain(expectedInputs: traffic.items.count, cluster: cluster, db: db)
+            if !options.quiet { print("") }
+            try await collect(into: &summary, cluster: cluster, db: db)
+            summary.totalSeconds = (ContinuousClock.now - began).seconds
+            printSummary(summary)
+            if options.keepRunning {
+                printKeepRunning(cluster: cluster, pg: pg)
+                await waitForInterrupt()
+            }
+        } catch {
+            await stop()
+            throw error
+        }
+        await stop()
+        say("stopped    every process stopped cleanly; the throwaway database and cluster are gone.")
+        return summary
+    }
+
+    private func publish(_ traffic: DemoTraffic, cluster: EmbeddedKafkaCluster, db: PostgresConnection) async throws {
+        let producer = try KafkaProducer(configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers, clientId: "fleet-demo"))
+        let delivered = Counter()
+        let failed = Counter()
+        let interval = 1.0 / Double(max(1, options.ratePerSecond))
+        let start = ContinuousClock.now
+        var lastDisplay = ContinuousClock.now
+        for (i, item) in traffic.items.enumerated() {
+            let due = start + .milliseconds(Int(Double(i) * interval * 1000))
+            if due > .now { try await Task.sleep(until: due, clock: .continuous) }
+            let message = OutgoingMessage(topic: Self.rawTopic, key: item.key.map { Array($0.utf8) }, value: item.value,
+                                          headers: [KafkaHeader(key: "published-at", string: String(Self.nowMillis()))])
+            try producer.enqueue(message) { result in
+                switch result {
+                case .success: delivered.add(1)
+                case .failure: failed.add(1)
+                }
+            }
+            if ContinuousClock.now - lastDisplay > .milliseconds(500) {
+                lastDisplay = .now
+                await display(published: delivered.value, total: traffic.items.count, cluster: cluster, db: db)
+            }
+        }
+        _ = await producer.flush(deadline: .seconds(30))
+        producer.close()
+        if failed.value > 0 { throw DemoError("\(failed.value) inputs could not be published") }
+    }
+
+    private func drain(expectedInputs: Int, cluster: EmbeddedKafkaCluster, db: PostgresConnection) async throws {
+        let deadline = ContinuousClock.now + options.drainTimeout
+        let admin = KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers, clientId: "fleet-demo-admin"))
+        while ContinuousClock.now < deadline {
+            await display(published: expectedInputs, total: expectedInputs, cluster: cluster, db: db)
+            let raw = (try? await admin.consumerLag(groupId: Self.workerGroup, topics: [Self.rawTopic])) ?? []
+            let result = (try? await admin.consumerLag(groupId: Self.sinkGroup, topics: [Self.resultTopic])) ?? []
+            let rawDone = !raw.isEmpty && raw.totalLag == 0 && raw.reduce(0, { $0 + $1.highWatermark }) >= Int64(expectedInputs)
+            // The sink commits a batch's offsets only after its database transaction: no sink lag = all written.
+            let produced = result.reduce(0) { $0 + $1.highWatermark }
+            if rawDone && produced > 0 && result.totalLag == 0 {
+                return
+            }
+            try await Task.sleep(for: .milliseconds(500))
+        }
+        throw DemoError("the pipeline did not drain within \(options.drainTimeout); see the logs in \(directory)")
+    }
+
+    private func display(published: Int, total: Int, cluster: EmbeddedKafkaCluster, db: PostgresConnection) async {
+        guard !options.quiet else { return }
+        let admin = KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers, clientId: "fleet-demo-admin"))
+        let raw = (try? await admin.consumerLag(groupId: Self.workerGroup, topics: [Self.rawTopic])) ?? []
+        let rejected = ((try? await admin.consumerLag(groupId: "fleet-demo-observer", topics: [Self.rejectedTopic])) ?? []).reduce(0) { $0 + $1.highWatermark }
+        let processed = raw.reduce(Int64(0)) { $0 + ($1.committedOffset ?? 0) }
+        let written = (try? await count(db, "SELECT count(*) FROM entitlement_events")) ?? 0
+        let width = 24
+        let filled = total == 0 ? 0 : min(width, published * width / total)
+        let bar = String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled)
+        let line = "[\(bar)] published \(published)/\(total)  verified \(max(0, processed - rejected))  rejected \(rejected)  events written \(written)  lag \(raw.totalLag)"
+        print("\r" + line + "   ", terminator: "")
+        fflush(stdout)
+    }
+
+    // MARK: - Summary
+
+    private func collect(into s: inout Summary, cluster: EmbeddedKafkaCluster, db: PostgresConnection) async throws {
+        // Rejections by reason, from the rejected topic's headers.
+        let consumer = try KafkaConsumer(
+            configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers, clientId: "fleet-demo-summary"),
+            groupId: "fleet-demo-summary-\(UUID().uuidString.prefix(6))", topics: [Self.rejectedTopic])
+        let admin = KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers, clientId: "fleet-demo-admin"))
+        let total = ((try? await admin.consumerLag(groupId: "fleet-demo-observer", topics: [Self.rejectedTopic])) ?? []).reduce(0) { $0 + $1.highWatermark }
+        var seen = 0
+        let deadline = ContinuousClock.now + .seconds(30)
+        while seen < total && ContinuousClock.now < deadline {
+            for m in try await consumer.nextBatch(maxMessages: 1000, timeout: .milliseconds(300)) {
+                seen += 1
+                let reason = m.headers.first { $0.key == "reason" }.map { String(decoding: $0.value, as: UTF8.self) } ?? "?"
+                s.rejectedByReason[reason, default: 0] += 1
+            }
+        }
+        _ = await consumer.close(deadline: .seconds(5))
+        let raw = (try? await admin.consumerLag(groupId: Self.workerGroup, topics: [Self.rawTopic])) ?? []
+        s.processedInputs = Int(raw.reduce(Int64(0)) { $0 + ($1.committedOffset ?? 0) })
+        s.eventsWritten = try await count(db, "SELECT count(*) FROM entitlement_events")
+        s.staleEvents = try await count(db, "SELECT count(*) FROM entitlement_events WHERE status = 'stale'")
+        for row in try await db.query("SELECT kind, count(*)::bigint FROM entitlement_events GROUP BY kind", logger: logger) {
+            let (kind, n) = try row.decode((String, Int64).self)
+            s.eventsByKind[kind] = Int(n)
+        }
+        for row in try await db.query("SELECT entitlement, count(*)::bigint FROM entitlements_current WHERE entitled_now GROUP BY entitlement", logger: logger) {
+            let (name, n) = try row.decode((String, Int64).self)
+            s.activeByEntitlement[name] = Int(n)
+        }
+        for row in try await db.query("SELECT product_id, sum(balance)::float8 FROM consumable_balances GROUP BY product_id", logger: logger) {
+            let (product, balance) = try row.decode((String?, Double).self)
+            s.ticketBalances[product ?? "?"] = balance
+        }
+    }
+
+    private func printSummary(_ s: Summary) {
+        guard !options.quiet else { return }
+        let rejected = s.rejectedByReason.values.reduce(0, +)
+        print("""
+
+        == summary
+        published      \(s.published) inputs in \(String(format: "%.1f", s.publishSeconds)) s (\(Int(Double(s.published) / max(0.001, s.publishSeconds)))/s)
+        processed      \(s.processedInputs) inputs: \(s.processedInputs - rejected) verified, \(rejected) rejected
+        """)
+        for (reason, n) in s.rejectedByReason.sorted(by: { $0.value > $1.value }) {
+            print("  rejected     \(pad(reason, 30)) \(n)")
+        }
+        print("events         \(s.eventsWritten) written to PostgreSQL (\(s.staleEvents) stale: older than what was already applied)")
+        for (kind, n) in s.eventsByKind.sorted(by: { $0.value > $1.value }) {
+            print("  \(pad(kind, 28)) \(n)")
+        }
+        print("active entitlements now")
+        for (name, n) in s.activeByEntitlement.sorted(by: { $0.key < $1.key }) { print("  \(pad(name, 28)) \(n) subjects") }
+        print("ticket balances (consumable ledger: credited once per transaction, refunds debited)")
+        for (product, b) in s.ticketBalances.sorted(by: { $0.key < $1.key }) { print("  \(pad(product, 28)) \(Int(b)) units") }
+        print("total time     \(String(format: "%.1f", s.totalSeconds)) s")
+    }
+
+    private func printKeepRunning(cluster: EmbeddedKafkaCluster, pg: ThrowawayPostgres) {
+        print("""
+
+        == the stack keeps running (--keep-running)
+        Kafka bootstrap servers:  \(cluster.bootstrapServers)
+        PostgreSQL:               \(pg.url)
+        Watch events:             \(options.executable) tail --bootstrap-servers \(cluster.bootstrapServers) --from-beginning
+        Example queries (psql "\(pg.url)"):
+          SELECT kind, effect, count(*) FROM entitlement_events GROUP BY 1, 2 ORDER BY 3 DESC;
+          SELECT subject, entitlement, valid_until FROM entitlements_current WHERE entitled_now ORDER BY valid_until DESC LIMIT 10;
+          SELECT subject, product_id, balance FROM consumable_balances ORDER BY balance DESC LIMIT 10;
+        Stop with Ctrl-C (SIGINT) or SIGTERM: every process stops cleanly.
+        """)
+        fflush(stdout)
+    }
+
+    private func waitForInterrupt() async {
+        let stream = AsyncStream<Int32> { continuation in
+            for sig in [SIGINT, SIGTERM] {
+                signal(sig, SIG_IGN)
+                let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
+                source.setEventHandler { continuation.yield(sig) }
+                source.resume()
+                Self.signalSources.append(source)
+            }
+        }
+        for await _ in stream { break }
+    }
+
+    nonisolated(unsafe) static var signalSources: [any DispatchSourceSignal] = []
+
+    // MARK: - Processes
+
+    private func spawn(_ name: String, port: Int, _ arguments: [String]) throws {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: options.executable)
+        p.arguments = arguments
+        let log = directory + "/\(name).log"
+        FileManager.default.createFile(atPath: log, contents: nil)
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
+        p.standardOutput = handle
+        p.standardError = handle
+        var env = ProcessInfo.processInfo.environment
+        env["FLEET_CONFIG"] = nil
+        env["FLEET_LOG_FORMAT"] = "json"
+        p.environment = env
+        try p.run()
+        children.append((name, p, port))
+    }
+
+    private func runToCompletion(_ arguments: [String], name: String) throws {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: options.executable)
+        p.arguments = arguments
+        let log = directory + "/\(name).log"
+        FileManager.default.createFile(atPath: log, contents: nil)
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
+        p.standardOutput = handle
+        p.standardError = handle
+        try p.run()
+        p.waitUntilExit()
+        guard p.terminationStatus == 0 else {
+            throw DemoError("fleet \(arguments[0]) failed (exit \(p.terminationStatus)); see \(log)")
+        }
+    }
+
+    private func waitReady(timeout: Duration) async throws {
+        let deadline = ContinuousClock.now + timeout
+        for c in children {
+            while true {
+                if !c.process.isRunning {
+                    throw DemoError("\(c.name) exited with status \(c.process.terminationStatus); see \(directory)/\(c.name).log")
+                }
+                if HTTPProbe.get(port: c.port, path: "/readyz")?.status == 200 { break }
+                if ContinuousClock.now > deadline { throw DemoError("\(c.name) not ready after \(timeout); see \(directory)/\(c.name).log") }
+                try await Task.sleep(for: .milliseconds(200))
+            }
+        }
+    }
+
+    static func freePort() -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_port = 0
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        _ = withUnsafePointer(to: &addr) { p in
+            p.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &addr) { p in
+            p.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) }
+        }
+        return Int(UInt16(bigEndian: addr.sin_port))
+    }
+
+    static func nowMillis() -> Int64 { Int64((Date().timeIntervalSince1970 * 1000).rounded()) }
+
+    private func connect(_ url: String) async throws -> PostgresConnection {
+        let config = try DatabaseURL(url).connectionConfiguration()
+        return try await PostgresConnection.connect(configuration: config, id: 1, logger: logger)
+    }
+
+    private func count(_ db: PostgresConnection, _ sql: String) async throws -> Int {
+        for row in try await db.query(PostgresQuery(unsafeSQL: sql), logger: logger) {
+            return Int(try row.decode(Int64.self))
+        }
+        return 0
+    }
+
+    private func pad(_ s: String, _ n: Int) -> String { s.count >= n ? s : s + String(repeating: " ", count: n - s.count) }
+}
+
+public struct DemoError: Error, CustomStringConvertible {
+    public var description: String
+    init(_ d: String) { description = d }
+}
+
+/// A thread-safe counter for delivery callbacks.
+final class Counter: Sendable {
+    private let v = Atomic<Int>(0)
+    func add(_ n: Int) { v.add(n, ordering: .relaxed) }
+    var value: Int { v.load(ordering: .relaxed) }
+}
+
+import Synchronization
+
+extension Duration {
+    var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
+}
