@@ -95,7 +95,7 @@ public final class DemoRunner: @unchecked Sendable {
         self.pki = pki
 
         for i in 0..<options.workers {
-            let port = Self.freePort()
+            let port = Loopback.freePort()
             try spawn("worker-\(i + 1)", port: port, [
                 "worker", "--bootstrap-servers", cluster.bootstrapServers, "--group", Self.workerGroup,
                 "--input-topic", Self.rawTopic, "--result-topic", Self.resultTopic, "--rejected-topic", Self.rejectedTopic,
@@ -105,7 +105,7 @@ public final class DemoRunner: @unchecked Sendable {
                 "--shutdown-deadline-seconds", "10",
             ])
         }
-        let sinkPort = Self.freePort()
+        let sinkPort = Loopback.freePort()
         try spawn("sink", port: sinkPort, [
             "sink", "--bootstrap-servers", cluster.bootstrapServers, "--group", Self.sinkGroup,
             "--result-topic", Self.resultTopic, "--rejected-topic", Self.sinkRejectedTopic,
@@ -366,23 +366,6 @@ public final class DemoRunner: @unchecked Sendable {
                 try await Task.sleep(for: .milliseconds(200))
             }
         }
-    }
-
-    static func freePort() -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_port = 0
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        _ = withUnsafePointer(to: &addr) { p in
-            p.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &addr) { p in
-            p.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) }
-        }
-        return Int(UInt16(bigEndian: addr.sin_port))
     }
 
     static func nowMillis() -> Int64 { Int64((Date().timeIntervalSince1970 * 1000).rounded()) }

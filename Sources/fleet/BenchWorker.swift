@@ -1,0 +1,112 @@
+import AppStoreVerification
+import ArgumentParser
+import FleetKafka
+import FleetOperations
+import FleetTestPKI
+import Foundation
+
+/// `fleet bench worker`: one worker process (all cores) against the embedded cluster on pre-produced notifications,
+/// beside the single-thread verify-only rate measured in the same run.
+struct BenchWorker: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "worker",
+        abstract: "Measure one worker process's throughput and memory against the single-thread verify-only rate.")
+
+    @Option(help: "Notifications to pre-produce.")
+    var inputs = 40_000
+
+    @Option(help: "Seconds for the verify-only reference measurement.")
+    var verifySeconds = 3.0
+
+    @Option(help: "Worker threads (default: every core).")
+    var threads: Int?
+
+    func run() async throws {
+        let fleet = currentExecutable()
+        let cores = ProcessInfo.processInfo.activeProcessorCount
+        // 1. The reference: single-thread verify-only notifications/s, measured now, on this machine.
+        let reference = try VerifyBenchmark.run(seconds: verifySeconds, threads: 1)
+        let verifyRate = reference.notifications_per_s
+
+        // 2. Pre-produce notifications (outer + nested transaction + renewal info) to the embedded cluster.
+        let cluster = try EmbeddedKafkaCluster(brokers: 1)
+        defer { cluster.shutdown() }
+        try cluster.createTopic("bench.raw", partitions: 6)
+        try cluster.createTopic("bench.result", partitions: 6)
+        try cluster.createTopic("bench.rejected", partitions: 1)
+        let pki = try TestPKI()
+        let now = TestPayloads.nowMillis()
+        let distinct = 2000
+        var values: [[UInt8]] = []
+        values.reserveCapacity(distinct)
+        for k in 0..<distinct {
+            let original = String(2_000_000_000_000_000 + k)
+            let t = TestPayloads.transaction(transactionId: original, originalTransactionId: original, purchaseDate: now - 86_400_000, signedDate: now - 1000)
+            let r = TestPayloads.renewalInfo(originalTransactionId: original, signedDate: now - 1000)
+            values.append(Array(pki.signNotification(type: .didRenew, transaction: t, renewal: r, signedDate: now - 500).utf8))
+        }
+        let producer = try KafkaProducer(configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers, clientId: "bench-publisher"))
+        for i in 0..<inputs {
+            try producer.enqueue(OutgoingMessage(topic: "bench.raw", key: Array(String(i % distinct).utf8), value: values[i % distinct])) { _ in }
+        }
+        guard await producer.flush(deadline: .seconds(60)) else { throw ValidationError("could not pre-produce the inputs") }
+        producer.close()
+        let root = FileManager.default.temporaryDirectory.appendingPathComponent("bench-root-\(UUID().uuidString.prefix(6)).der").path
+        FileManager.default.createFile(atPath: root, contents: Data(TestPKI.der(pki.root)))
+
+        // 3. One worker process using every core.
+        let port = Loopback.freePort()
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: fleet)
+        p.arguments = [
+            "worker", "--bootstrap-servers", cluster.bootstrapServers, "--group", "bench", "--input-topic", "bench.raw",
+            "--result-topic", "bench.result", "--rejected-topic", "bench.rejected", "--root-certificate", root,
+            "--bundle-id", TestPayloads.bundleId, "--environment", "Sandbox", "--metrics-port", String(port),
+            "--threads", String(threads ?? cores), "--log-level", "warning", "--log-format", "text",
+        ]
+        p.standardOutput = FileHandle.nullDevice
+        try p.run()
+        defer { if p.isRunning { kill(p.processIdentifier, SIGTERM); p.waitUntilExit() } }
+
+        func scrape() -> (inputs: Double, events: Double)? {
+            guard let r = HTTPProbe.get(port: port, path: "/metrics"), r.status == 200 else { return nil }
+            return (HTTPProbe.sumMetric(r.body, name: "fleet_worker_inputs_total")[""] ?? 0,
+                    HTTPProbe.sumMetric(r.body, name: "fleet_worker_events_total")[""] ?? 0)
+        }
+        var started: ContinuousClock.Instant?
+        var startCount = (inputs: 0.0, events: 0.0)
+        var finished: (ContinuousClock.Instant, Double, Double)?
+        let deadline = ContinuousClock.now + .seconds(300)
+        while ContinuousClock.now < deadline, p.isRunning {
+            if let s = scrape() {
+                if started == nil && s.inputs > 0 { started = .now; startCount = s }
+                if s.inputs >= Double(inputs) { finished = (.now, s.inputs, s.events); break }
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        guard let started, let finished else { throw ValidationError("the worker did not process every input (see its log)") }
+        let rssMB = peakRSSMegabytes(pid: p.processIdentifier)
+        let seconds = (finished.0 - started).components
+        let elapsed = Double(seconds.seconds) + Double(seconds.attoseconds) / 1e18
+        let inputsPerS = (finished.1 - startCount.inputs) / elapsed
+        let eventsPerS = (finished.2 - startCount.events) / elapsed
+        print("worker: \(Int(inputsPerS)) notifications/s, \(Int(eventsPerS)) events/s on \(threads ?? cores) thread(s); peak RSS \(String(format: "%.1f", rssMB)) MB")
+        print("reference: single-thread verify-only \(Int(verifyRate)) notifications/s (raw ES256 \(Int(reference.raw_es256_verifies_per_s))/s)")
+        print("ratio: \(String(format: "%.2f", inputsPerS / verifyRate)) x single-thread verify (target >= 1.0); RSS target < 150 MB")
+        let json: [String: Double] = [
+            "inputs_per_s": inputsPerS.rounded(), "events_per_s": eventsPerS.rounded(),
+            "verify_notifications_per_s_single_thread": verifyRate.rounded(), "rss_mb": (rssMB * 10).rounded() / 10,
+        ]
+        print(String(decoding: try JSONSerialization.data(withJSONObject: json, options: [.sortedKeys]), as: UTF8.self))
+    }
+}
+
+/// Peak resident set size of a process (VmHWM), in MB.
+func peakRSSMegabytes(pid: Int32) -> Double {
+    guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return -1 }
+    for line in status.split(separator: "\n") where line.hasPrefix("VmHWM:") {
+        let kb = line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first.flatMap { Double($0) } ?? -1
+        return kb / 1024
+    }
+    return -1
+}

@@ -1,0 +1,54 @@
+import ArgumentParser
+import FleetDemo
+import Foundation
+
+/// `fleet demo`: the whole pipeline on embedded defaults (mock Kafka cluster, throwaway PostgreSQL), as processes.
+struct Demo: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Run the whole fleet on embedded defaults with generated App Store traffic, then summarise.")
+
+    @Option(help: "Verifier worker processes.")
+    var workers = 2
+
+    @Option(help: "Simulated subscribers.")
+    var subscribers = 300
+
+    @Option(help: "Simulated months of subscription life.")
+    var months = 6
+
+    @Option(help: "Consumable (ticket) buyers.")
+    var ticketBuyers = 120
+
+    @Option(help: "Inputs published per second.")
+    var rate = 1500
+
+    @Option(help: "Random seed of the traffic generator.")
+    var seed: UInt64 = 42
+
+    @Flag(help: "Keep the stack running after the summary, until Ctrl-C.")
+    var keepRunning = false
+
+    func run() async throws {
+        var options = DemoRunner.Options(executable: currentExecutable())
+        options.workers = max(1, workers)
+        options.threadsPerWorker = max(1, ProcessInfo.processInfo.activeProcessorCount / options.workers)
+        options.ratePerSecond = max(1, rate)
+        options.keepRunning = keepRunning
+        options.traffic.subscribers = max(1, subscribers)
+        options.traffic.months = max(1, months)
+        options.traffic.ticketBuyers = max(0, ticketBuyers)
+        options.traffic.seed = seed
+        do {
+            _ = try await DemoRunner(options: options).run()
+        } catch {
+            FileHandle.standardError.write(Data("demo failed: \(error)\n".utf8))
+            throw ExitCode(1)
+        }
+    }
+}
+
+/// The path of this `fleet` binary, so that child processes run the same build.
+func currentExecutable() -> String {
+    if let path = Bundle.main.executablePath { return path }
+    return URL(fileURLWithPath: CommandLine.arguments[0]).standardizedFileURL.path
+}
