@@ -1,0 +1,124 @@
+// Strict base64 / base64url codecs over raw bytes (canonical encodings only: non-zero trailing bits are rejected,
+// so every encoded string maps to exactly one byte string and one byte string to exactly one encoding).
+
+public enum Base64 {
+    static let invalid: UInt8 = 0xFF
+
+    static let stdTable: [UInt8] = makeTable(plus: UInt8(ascii: "+"), slash: UInt8(ascii: "/"))
+    static let urlTable: [UInt8] = makeTable(plus: UInt8(ascii: "-"), slash: UInt8(ascii: "_"))
+
+    static func makeTable(plus: UInt8, slash: UInt8) -> [UInt8] {
+        var t = [UInt8](repeating: invalid, count: 256)
+        for (k, c) in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789".utf8.enumerated() { t[Int(c)] = UInt8(k) }
+        t[Int(plus)] = 62
+        t[Int(slash)] = 63
+        return t
+    }
+
+    /// Decodes unpadded base64url (JWS segments). Returns nil on any invalid character, padding, or non-canonical tail.
+    public static func decodeURL(_ src: UnsafeBufferPointer<UInt8>) -> [UInt8]? {
+        urlTable.withUnsafeBufferPointer { decode(src, table: $0, padded: false) }
+    }
+
+    /// Decodes padded standard base64 (x5c certificates).
+    public static func decodeStandard(_ src: UnsafeBufferPointer<UInt8>) -> [UInt8]? {
+        stdTable.withUnsafeBufferPointer { decode(src, table: $0, padded: true) }
+    }
+
+    public static func decodeStandard(_ s: String) -> [UInt8]? {
+        var s = s
+        return s.withUTF8 { decodeStandard($0) }
+    }
+
+    public static func decodeURL(_ s: String) -> [UInt8]? {
+        var s = s
+        return s.withUTF8 { decodeURL($0) }
+    }
+
+    static func decode(_ src: UnsafeBufferPointer<UInt8>, table t: UnsafeBufferPointer<UInt8>, padded: Bool) -> [UInt8]? {
+        var n = src.count
+        if padded {
+            guard n % 4 == 0 else { return nil }
+            if n > 0 && src[n - 1] == UInt8(ascii: "=") {
+                n -= 1
+                if src[n - 1] == UInt8(ascii: "=") { n -= 1 }
+            }
+        }
+        let rem = n % 4
+        if rem == 1 { return nil }
+        let full = n / 4
+        let outCount = full * 3 + (rem == 0 ? 0 : rem - 1)
+        var ok = true
+        let out = [UInt8](unsafeUninitializedCapacity: outCount) { dst, initialized in
+            var bad: UInt8 = 0
+            var o = 0
+            var k = 0
+            for _ in 0..<full {
+                let a = t[Int(src[k])], b = t[Int(src[k + 1])], c = t[Int(src[k + 2])], d = t[Int(src[k + 3])]
+                bad |= a | b | c | d
+                dst[o] = a << 2 | b >> 4
+                dst[o + 1] = b << 4 | c >> 2
+                dst[o + 2] = c << 6 | d
+                o += 3
+                k += 4
+            }
+            if rem == 2 {
+                let a = t[Int(src[k])], b = t[Int(src[k + 1])]
+                bad |= a | b
+                if b & 0x0F != 0 { bad |= 0x80 }
+                dst[o] = a << 2 | b >> 4
+                o += 1
+            } else if rem == 3 {
+                let a = t[Int(src[k])], b = t[Int(src[k + 1])], c = t[Int(src[k + 2])]
+                bad |= a | b | c
+                if c & 0x03 != 0 { bad |= 0x80 }
+                dst[o] = a << 2 | b >> 4
+                dst[o + 1] = b << 4 | c >> 2
+                o += 2
+            }
+            // Any invalid character maps to 0xFF, which sets bits above the 6 valid ones.
+            if bad & 0xC0 != 0 { ok = false }
+            initialized = o
+        }
+        return ok ? out : nil
+    }
+
+    static let stdAlphabet: [UInt8] = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
+    static let urlAlphabet: [UInt8] = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
+
+    /// Unpadded base64url.
+    public static func encodeURL(_ bytes: some Collection<UInt8>) -> String { encode(Array(bytes), alphabet: urlAlphabet, pad: false) }
+
+    /// Padded standard base64.
+    public static func encodeStandard(_ bytes: some Collection<UInt8>) -> String {
+        encode(Array(bytes), alphabet: stdAlphabet, pad: true)
+    }
+
+    static func encode(_ b: [UInt8], alphabet a: [UInt8], pad: Bool) -> String {
+        var out: [UInt8] = []
+        out.reserveCapacity((b.count + 2) / 3 * 4)
+        var k = 0
+        while k + 3 <= b.count {
+            let v = UInt32(b[k]) << 16 | UInt32(b[k + 1]) << 8 | UInt32(b[k + 2])
+            out.append(a[Int(v >> 18 & 63)])
+            out.append(a[Int(v >> 12 & 63)])
+            out.append(a[Int(v >> 6 & 63)])
+            out.append(a[Int(v & 63)])
+            k += 3
+        }
+        let r = b.count - k
+        if r == 1 {
+            let v = UInt32(b[k]) << 16
+            out.append(a[Int(v >> 18 & 63)])
+            out.append(a[Int(v >> 12 & 63)])
+            if pad { out.append(contentsOf: "==".utf8) }
+        } else if r == 2 {
+            let v = UInt32(b[k]) << 16 | UInt32(b[k + 1]) << 8
+            out.append(a[Int(v >> 18 & 63)])
+            out.append(a[Int(v >> 12 & 63)])
+            out.append(a[Int(v >> 6 & 63)])
+            if pad { out.append(UInt8(ascii: "=")) }
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+}

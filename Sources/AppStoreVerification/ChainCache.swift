@@ -1,0 +1,150 @@
+import Crypto
+import Synchronization
+
+/// A verified certificate chain: what a cache hit needs to check a message without touching the certificates again.
+public struct VerifiedChain: Sendable {
+    /// The leaf's P-256 key (the chain was fully verified when this entry was made).
+    public let leafKey: P256.Signing.PublicKey
+    /// Intersection of the leaf, intermediate and anchoring root validity windows, in ms since the epoch (inclusive).
+    public let notBeforeMillis: Int64
+    public let notAfterMillis: Int64
+    /// SHA-256 of the DER of the configured root that anchored the chain.
+    public let rootFingerprint: [UInt8]
+
+    public init(leafKey: P256.Signing.PublicKey, notBeforeMillis: Int64, notAfterMillis: Int64, rootFingerprint: [UInt8]) {
+        self.leafKey = leafKey
+        self.notBeforeMillis = notBeforeMillis
+        self.notAfterMillis = notAfterMillis
+        self.rootFingerprint = rootFingerprint
+    }
+
+    @inline(__always) public func isValid(atMillis t: Int64) -> Bool { t >= notBeforeMillis && t <= notAfterMillis }
+}
+
+/// The exact bytes a chain is cached under, with a precomputed hash (computed outside the cache lock).
+public struct ChainCacheKey: Hashable, Sendable {
+    public let bytes: [UInt8]
+    let hash: UInt64
+
+    public init(bytes: [UInt8]) {
+        self.bytes = bytes
+        self.hash = bytes.withUnsafeBufferPointer { ChainCacheKey.fastHash($0) }
+    }
+
+    public init(_ buffer: UnsafeBufferPointer<UInt8>) {
+        self.bytes = Array(buffer)
+        self.hash = ChainCacheKey.fastHash(buffer)
+    }
+
+    public static func == (a: ChainCacheKey, b: ChainCacheKey) -> Bool { a.hash == b.hash && a.bytes == b.bytes }
+
+    public func hash(into hasher: inout Hasher) { hasher.combine(hash) }
+
+    /// A fast non-cryptographic hash over all bytes (8 at a time). Collisions only cost a byte comparison, and only
+    /// verified chains are ever inserted, so attacker-chosen keys cannot crowd a bucket.
+    static func fastHash(_ p: UnsafeBufferPointer<UInt8>) -> UInt64 {
+        var h: UInt64 = 0x9E37_79B9_7F4A_7C15 ^ UInt64(p.count)
+        let n = p.count
+        var k = 0
+        if let base = p.baseAddress {
+            let raw = UnsafeRawPointer(base)
+            while k + 8 <= n {
+                let w = raw.loadUnaligned(fromByteOffset: k, as: UInt64.self)
+                h = (h.rotatedLeft(5) ^ w) &* 0x5173_9D2B_C8E1_A7F3
+                k += 8
+            }
+            var tail: UInt64 = 0
+            var s: UInt64 = 0
+            while k < n {
+                tail |= UInt64(p[k]) << s
+                s += 8
+                k += 1
+            }
+            h = (h.rotatedLeft(5) ^ tail) &* 0x5173_9D2B_C8E1_A7F3
+        }
+        h ^= h >> 29
+        return h
+    }
+}
+
+extension UInt64 {
+    @inline(__always) func rotatedLeft(_ n: UInt64) -> UInt64 { (self << n) | (self >> (64 - n)) }
+}
+
+/// A bounded, thread-safe LRU cache of verified chains shared by every thread of a process.
+///
+/// Keys are exact bytes: the verifier uses the exact JWS header segment (which fixes `alg` and every x5c entry) and
+/// the exact `x5c[0]` + `x5c[1]` strings; an entry also records which configured root anchored it, and a hit is only
+/// used when that root is trusted by the verifier's policy. A hit never replaces the per-message checks: the
+/// message's validation time is checked against the entry's window and its signature against the entry's key.
+/// The lock is held only for a hash-table probe and a counter update.
+public final class ChainCache: Sendable {
+    struct Slot {
+        var chain: VerifiedChain
+        var lastUsed: UInt64
+    }
+
+    struct State {
+        var entries: [ChainCacheKey: Slot] = [:]
+        var clock: UInt64 = 0
+        var hits: Int = 0
+        var misses: Int = 0
+        var evictions: Int = 0
+    }
+
+    public let capacity: Int
+    private let state: Mutex<State>
+
+    public init(capacity: Int = 1024) {
+        self.capacity = max(1, capacity)
+        self.state = Mutex(State())
+    }
+
+    /// Looks a key up, counting a hit / a miss as asked (the verifier probes two keys per message and counts one).
+    public func lookup(_ key: ChainCacheKey, countHit: Bool = true, countMiss: Bool = true) -> VerifiedChain? {
+        state.withLock { s in
+            s.clock &+= 1
+            let now = s.clock
+            if let idx = s.entries.index(forKey: key) {
+                s.entries.values[idx].lastUsed = now
+                if countHit { s.hits += 1 }
+                return s.entries.values[idx].chain
+            }
+            if countMiss { s.misses += 1 }
+            return nil
+        }
+    }
+
+    /// Inserts (or refreshes) an entry, evicting the least recently used one when full.
+    public func insert(_ key: ChainCacheKey, _ chain: VerifiedChain) {
+        state.withLock { s in
+            s.clock &+= 1
+            let now = s.clock
+            if s.entries[key] == nil && s.entries.count >= capacity {
+                // O(capacity) scan, only on insertion (which follows two P-384 verifications anyway).
+                var oldestKey: ChainCacheKey?
+                var oldest = UInt64.max
+                for (k, v) in s.entries where v.lastUsed < oldest {
+                    oldest = v.lastUsed
+                    oldestKey = k
+                }
+                if let oldestKey {
+                    s.entries.removeValue(forKey: oldestKey)
+                    s.evictions += 1
+                }
+            }
+            s.entries[key] = Slot(chain: chain, lastUsed: now)
+        }
+    }
+
+    func recordHit() { state.withLock { $0.hits += 1 } }
+    func recordMiss() { state.withLock { $0.misses += 1 } }
+
+    public var hits: Int { state.withLock { $0.hits } }
+    public var misses: Int { state.withLock { $0.misses } }
+    public var count: Int { state.withLock { $0.entries.count } }
+    public var evictions: Int { state.withLock { $0.evictions } }
+
+    /// Drops every entry (counters are kept).
+    public func removeAll() { state.withLock { $0.entries.removeAll() } }
+}

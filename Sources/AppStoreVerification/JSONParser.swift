@@ -1,0 +1,405 @@
+// A small, strict, fast JSON parser into `JSONValue` (RFC 8259), and a serializer.
+// Bounded nesting depth; duplicate object keys are rejected (they make signed data ambiguous); strings must be valid
+// UTF-8; errors carry the byte offset.
+
+/// Why a JSON text could not be parsed.
+public struct JSONParseError: Error, Sendable, Hashable, CustomStringConvertible {
+    public var offset: Int
+    public var message: String
+    public init(offset: Int, message: String) {
+        self.offset = offset
+        self.message = message
+    }
+    public var description: String { "\(message) at byte \(offset)" }
+}
+
+extension JSONValue {
+    public static let defaultMaxDepth = 32
+
+    /// Parses one JSON value filling the whole buffer (surrounding whitespace allowed).
+    public static func parse(
+        _ buffer: UnsafeBufferPointer<UInt8>, maxDepth: Int = JSONValue.defaultMaxDepth
+    ) throws(JSONParseError) -> JSONValue {
+        var p = JSONParser(buffer: buffer, maxDepth: maxDepth)
+        return try p.parseDocument()
+    }
+
+    /// Parses one JSON value from bytes.
+    public static func parse(
+        bytes: some Collection<UInt8>, maxDepth: Int = JSONValue.defaultMaxDepth
+    ) throws(JSONParseError) -> JSONValue {
+        try withContiguousBytes(bytes) { (buf) throws(JSONParseError) in try parse(buf, maxDepth: maxDepth) }
+    }
+
+    /// Parses one JSON value from a string.
+    public static func parse(_ text: String, maxDepth: Int = JSONValue.defaultMaxDepth) throws(JSONParseError) -> JSONValue {
+        try withUTF8Bytes(text) { (buf) throws(JSONParseError) in try parse(buf, maxDepth: maxDepth) }
+    }
+}
+
+struct JSONParser {
+    let buf: UnsafeBufferPointer<UInt8>
+    var i: Int = 0
+    let maxDepth: Int
+    var depth = 0
+
+    init(buffer: UnsafeBufferPointer<UInt8>, maxDepth: Int) {
+        self.buf = buffer
+        self.maxDepth = maxDepth
+    }
+
+    @inline(__always) func fail(_ message: String, at offset: Int? = nil) -> JSONParseError {
+        JSONParseError(offset: offset ?? i, message: message)
+    }
+
+    @inline(__always) mutating func skipWhitespace() {
+        while i < buf.count {
+            let c = buf[i]
+            if c == 0x20 || c == 0x0A || c == 0x0D || c == 0x09 { i += 1 } else { break }
+        }
+    }
+
+    mutating func parseDocument() throws(JSONParseError) -> JSONValue {
+        skipWhitespace()
+        let v = try parseValue()
+        skipWhitespace()
+        if i != buf.count { throw fail("unexpected data after the JSON value") }
+        return v
+    }
+
+    mutating func parseValue() throws(JSONParseError) -> JSONValue {
+        guard i < buf.count else { throw fail("unexpected end of JSON") }
+        switch buf[i] {
+        case UInt8(ascii: "{"): return try parseObject()
+        case UInt8(ascii: "["): return try parseArray()
+        case UInt8(ascii: "\""): return .string(try parseString())
+        case UInt8(ascii: "t"):
+            try expectLiteral("true")
+            return .bool(true)
+        case UInt8(ascii: "f"):
+            try expectLiteral("false")
+            return .bool(false)
+        case UInt8(ascii: "n"):
+            try expectLiteral("null")
+            return .null
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"):
+            return try parseNumber()
+        default:
+            throw fail("unexpected character '\(printable(buf[i]))'")
+        }
+    }
+
+    func printable(_ c: UInt8) -> String {
+        (c >= 0x20 && c < 0x7F) ? String(UnicodeScalar(c)) : "\\x" + String(c, radix: 16)
+    }
+
+    mutating func expectLiteral(_ lit: StaticString) throws(JSONParseError) {
+        let n = lit.utf8CodeUnitCount
+        guard i + n <= buf.count else { throw fail("invalid literal") }
+        let p = lit.utf8Start
+        for k in 0..<n where buf[i + k] != p[k] { throw fail("invalid literal") }
+        i += n
+    }
+
+    mutating func enter() throws(JSONParseError) {
+        depth += 1
+        if depth > maxDepth { throw fail("nesting deeper than \(maxDepth)") }
+    }
+
+    mutating func parseObject() throws(JSONParseError) -> JSONValue {
+        try enter()
+        i += 1  // {
+        var dict: [String: JSONValue] = [:]
+        skipWhitespace()
+        if i < buf.count && buf[i] == UInt8(ascii: "}") {
+            i += 1
+            depth -= 1
+            return .object(dict)
+        }
+        dict.reserveCapacity(16)
+        while true {
+            skipWhitespace()
+            guard i < buf.count, buf[i] == UInt8(ascii: "\"") else { throw fail("expected a string key") }
+            let keyStart = i
+            let key = try parseString()
+            skipWhitespace()
+            guard i < buf.count, buf[i] == UInt8(ascii: ":") else { throw fail("expected ':'") }
+            i += 1
+            skipWhitespace()
+            let value = try parseValue()
+            if dict.updateValue(value, forKey: key) != nil {
+                throw fail("duplicate key \"\(key)\"", at: keyStart)
+            }
+            skipWhitespace()
+            guard i < buf.count else { throw fail("unterminated object") }
+            let c = buf[i]
+            i += 1
+            if c == UInt8(ascii: ",") { continue }
+            if c == UInt8(ascii: "}") { break }
+            throw fail("expected ',' or '}'", at: i - 1)
+        }
+        depth -= 1
+        return .object(dict)
+    }
+
+    mutating func parseArray() throws(JSONParseError) -> JSONValue {
+        try enter()
+        i += 1  // [
+        var arr: [JSONValue] = []
+        skipWhitespace()
+        if i < buf.count && buf[i] == UInt8(ascii: "]") {
+            i += 1
+            depth -= 1
+            return .array(arr)
+        }
+        while true {
+            skipWhitespace()
+            arr.append(try parseValue())
+            skipWhitespace()
+            guard i < buf.count else { throw fail("unterminated array") }
+            let c = buf[i]
+            i += 1
+            if c == UInt8(ascii: ",") { continue }
+            if c == UInt8(ascii: "]") { break }
+            throw fail("expected ',' or ']'", at: i - 1)
+        }
+        depth -= 1
+        return .array(arr)
+    }
+
+    /// Parses a string starting at the opening quote.
+    mutating func parseString() throws(JSONParseError) -> String {
+        let start = i + 1
+        var j = start
+        var highBit: UInt8 = 0
+        let n = buf.count
+        // Fast scan: no escapes.
+        while j < n {
+            let c = buf[j]
+            if c == UInt8(ascii: "\"") {
+                let slice = UnsafeBufferPointer(rebasing: buf[start..<j])
+                i = j + 1
+                if highBit & 0x80 == 0 { return String(decoding: slice, as: UTF8.self) }
+                guard let s = String(validating: slice, as: UTF8.self) else {
+                    throw fail("string is not valid UTF-8", at: start)
+                }
+                return s
+            }
+            if c == UInt8(ascii: "\\") { break }
+            if c < 0x20 { throw fail("control character in string", at: j) }
+            highBit |= c
+            j += 1
+        }
+        guard j < n else { throw fail("unterminated string", at: start - 1) }
+        // Slow path with escapes.
+        var out: [UInt8] = Array(buf[start..<j])
+        while j < n {
+            let c = buf[j]
+            if c == UInt8(ascii: "\"") {
+                i = j + 1
+                guard let s = String(validating: out, as: UTF8.self) else {
+                    throw fail("string is not valid UTF-8", at: start)
+                }
+                return s
+            }
+            if c < 0x20 { throw fail("control character in string", at: j) }
+            if c != UInt8(ascii: "\\") {
+                out.append(c)
+                j += 1
+                continue
+            }
+            j += 1
+            guard j < n else { break }
+            let e = buf[j]
+            j += 1
+            switch e {
+            case UInt8(ascii: "\""): out.append(0x22)
+            case UInt8(ascii: "\\"): out.append(0x5C)
+            case UInt8(ascii: "/"): out.append(0x2F)
+            case UInt8(ascii: "b"): out.append(0x08)
+            case UInt8(ascii: "f"): out.append(0x0C)
+            case UInt8(ascii: "n"): out.append(0x0A)
+            case UInt8(ascii: "r"): out.append(0x0D)
+            case UInt8(ascii: "t"): out.append(0x09)
+            case UInt8(ascii: "u"):
+                var scalar = try hex4(at: j)
+                j += 4
+                if scalar >= 0xD800 && scalar <= 0xDBFF {
+                    guard j + 6 <= n, buf[j] == UInt8(ascii: "\\"), buf[j + 1] == UInt8(ascii: "u") else {
+                        throw fail("unpaired surrogate in string", at: j)
+                    }
+                    let low = try hex4(at: j + 2)
+                    guard low >= 0xDC00 && low <= 0xDFFF else { throw fail("invalid surrogate pair", at: j) }
+                    j += 6
+                    scalar = 0x10000 + ((scalar - 0xD800) << 10) + (low - 0xDC00)
+                } else if scalar >= 0xDC00 && scalar <= 0xDFFF {
+                    throw fail("unpaired surrogate in string", at: j - 6)
+                }
+                guard let u = Unicode.Scalar(scalar) else { throw fail("invalid \\u escape", at: j - 6) }
+                out.append(contentsOf: UTF8.encode(u)!)
+            default:
+                throw fail("invalid escape '\\\(printable(e))'", at: j - 2)
+            }
+        }
+        throw fail("unterminated string", at: start - 1)
+    }
+
+    func hex4(at k: Int) throws(JSONParseError) -> UInt32 {
+        guard k + 4 <= buf.count else { throw fail("truncated \\u escape", at: k) }
+        var v: UInt32 = 0
+        for m in 0..<4 {
+            let c = buf[k + m]
+            let d: UInt8
+            switch c {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): d = c - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): d = c - UInt8(ascii: "a") + 10
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): d = c - UInt8(ascii: "A") + 10
+            default: throw fail("invalid hex digit in \\u escape", at: k + m)
+            }
+            v = v << 4 | UInt32(d)
+        }
+        return v
+    }
+
+    mutating func parseNumber() throws(JSONParseError) -> JSONValue {
+        let start = i
+        let n = buf.count
+        var negative = false
+        if buf[i] == UInt8(ascii: "-") {
+            negative = true
+            i += 1
+        }
+        guard i < n, buf[i] >= UInt8(ascii: "0"), buf[i] <= UInt8(ascii: "9") else { throw fail("invalid number", at: start) }
+        if buf[i] == UInt8(ascii: "0"), i + 1 < n, buf[i + 1] >= UInt8(ascii: "0"), buf[i + 1] <= UInt8(ascii: "9") {
+            throw fail("leading zero in number", at: start)
+        }
+        var value: Int64 = 0
+        var overflow = false
+        while i < n, buf[i] >= UInt8(ascii: "0"), buf[i] <= UInt8(ascii: "9") {
+            let d = Int64(buf[i] - UInt8(ascii: "0"))
+            let (m, o1) = value.multipliedReportingOverflow(by: 10)
+            let (s, o2) = negative ? m.subtractingReportingOverflow(d) : m.addingReportingOverflow(d)
+            if o1 || o2 { overflow = true }
+            value = s
+            i += 1
+        }
+        var isInteger = !overflow
+        if i < n, buf[i] == UInt8(ascii: ".") {
+            isInteger = false
+            i += 1
+            guard i < n, buf[i] >= UInt8(ascii: "0"), buf[i] <= UInt8(ascii: "9") else { throw fail("invalid fraction", at: i) }
+            while i < n, buf[i] >= UInt8(ascii: "0"), buf[i] <= UInt8(ascii: "9") { i += 1 }
+        }
+        if i < n, buf[i] == UInt8(ascii: "e") || buf[i] == UInt8(ascii: "E") {
+            isInteger = false
+            i += 1
+            if i < n, buf[i] == UInt8(ascii: "+") || buf[i] == UInt8(ascii: "-") { i += 1 }
+            guard i < n, buf[i] >= UInt8(ascii: "0"), buf[i] <= UInt8(ascii: "9") else { throw fail("invalid exponent", at: i) }
+            while i < n, buf[i] >= UInt8(ascii: "0"), buf[i] <= UInt8(ascii: "9") { i += 1 }
+        }
+        if isInteger { return .integer(value) }
+        let text = String(decoding: UnsafeBufferPointer(rebasing: buf[start..<i]), as: UTF8.self)
+        guard let d = Double(text), d.isFinite else { throw fail("number out of range", at: start) }
+        return .number(d)
+    }
+}
+
+// MARK: - Serialization
+
+extension JSONValue {
+    /// Compact JSON text. With `sortedKeys`, object keys are in byte order (stable output).
+    public func serialized(sortedKeys: Bool = true) -> String {
+        var out: [UInt8] = []
+        out.reserveCapacity(256)
+        write(into: &out, sortedKeys: sortedKeys)
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Compact JSON as UTF-8 bytes.
+    public func serializedBytes(sortedKeys: Bool = true) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(256)
+        write(into: &out, sortedKeys: sortedKeys)
+        return out
+    }
+
+    public func write(into out: inout [UInt8], sortedKeys: Bool) {
+        switch self {
+        case .null: out.append(contentsOf: "null".utf8)
+        case .bool(let b): out.append(contentsOf: (b ? "true" : "false").utf8)
+        case .integer(let v): out.append(contentsOf: String(v).utf8)
+        case .number(let d):
+            if d.isFinite {
+                if d == d.rounded(), abs(d) < 1e15 {
+                    out.append(contentsOf: String(Int64(d)).utf8)
+                } else {
+                    out.append(contentsOf: String(d).utf8)
+                }
+            } else {
+                out.append(contentsOf: "null".utf8)
+            }
+        case .string(let s): JSONValue.writeString(s, into: &out)
+        case .array(let a):
+            out.append(UInt8(ascii: "["))
+            for (k, v) in a.enumerated() {
+                if k > 0 { out.append(UInt8(ascii: ",")) }
+                v.write(into: &out, sortedKeys: sortedKeys)
+            }
+            out.append(UInt8(ascii: "]"))
+        case .object(let o):
+            out.append(UInt8(ascii: "{"))
+            var first = true
+            let keys = sortedKeys ? o.keys.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) } : Array(o.keys)
+            for key in keys {
+                guard let v = o[key] else { continue }
+                if !first { out.append(UInt8(ascii: ",")) }
+                first = false
+                JSONValue.writeString(key, into: &out)
+                out.append(UInt8(ascii: ":"))
+                v.write(into: &out, sortedKeys: sortedKeys)
+            }
+            out.append(UInt8(ascii: "}"))
+        }
+    }
+
+    static let hexDigits: [UInt8] = Array("0123456789abcdef".utf8)
+
+    public static func writeString(_ s: String, into out: inout [UInt8]) {
+        out.append(UInt8(ascii: "\""))
+        for c in s.utf8 {
+            switch c {
+            case 0x22: out.append(contentsOf: [0x5C, 0x22])
+            case 0x5C: out.append(contentsOf: [0x5C, 0x5C])
+            case 0x0A: out.append(contentsOf: [0x5C, UInt8(ascii: "n")])
+            case 0x0D: out.append(contentsOf: [0x5C, UInt8(ascii: "r")])
+            case 0x09: out.append(contentsOf: [0x5C, UInt8(ascii: "t")])
+            case 0..<0x20:
+                out.append(contentsOf: [0x5C, UInt8(ascii: "u"), 0x30, 0x30])
+                out.append(hexDigits[Int(c >> 4)])
+                out.append(hexDigits[Int(c & 0xF)])
+            default: out.append(c)
+            }
+        }
+        out.append(UInt8(ascii: "\""))
+    }
+}
+
+extension JSONValue: CustomStringConvertible {
+    public var description: String { serialized() }
+}
+
+extension JSONValue: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, ExpressibleByBooleanLiteral,
+    ExpressibleByArrayLiteral, ExpressibleByDictionaryLiteral, ExpressibleByNilLiteral, ExpressibleByFloatLiteral
+{
+    public init(stringLiteral value: String) { self = .string(value) }
+    public init(integerLiteral value: Int64) { self = .integer(value) }
+    public init(booleanLiteral value: Bool) { self = .bool(value) }
+    public init(arrayLiteral elements: JSONValue...) { self = .array(elements) }
+    public init(dictionaryLiteral elements: (String, JSONValue)...) {
+        var d: [String: JSONValue] = [:]
+        for (k, v) in elements { d[k] = v }
+        self = .object(d)
+    }
+    public init(nilLiteral: ()) { self = .null }
+    public init(floatLiteral value: Double) { self = .number(value) }
+}

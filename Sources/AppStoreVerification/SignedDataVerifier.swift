@@ -1,0 +1,649 @@
+import Crypto
+import Foundation
+import SwiftASN1
+import X509
+
+/// Verifies App Store signed data (JWS) exactly per `verification.md`, offline, with a shared verified-chain cache.
+///
+/// Order of checks for every JWS: size bound; three base64url segments; header JSON and `alg == ES256`; payload JSON;
+/// kind and validation time (`signedDate`, AppTransaction `receiptCreationDate`, or now); Xcode/LocalTesting refusal;
+/// `x5c` of exactly three; chain leaf -> x5c[1] -> a configured root (names, signatures, CA flag, path length, key
+/// usage, no unhandled critical extension), Apple marker OIDs, validity of all three at the validation time (through
+/// the cache when possible); the ES256 signature (64-byte r||s); then bundle id, environment and (Production) app id.
+/// Nested JWS of a notification are verified the same way; a failure names the nested field.
+public final class SignedDataVerifier: Sendable {
+    public let policy: VerificationPolicy
+    public let chainCache: ChainCache?
+    let now: @Sendable () -> Int64
+    let trustedFingerprints: Set<[UInt8]>
+
+    /// - Parameters:
+    ///   - chainCache: shared verified-chain cache; pass the same instance to several verifiers to share it, nil to
+    ///     verify every chain from scratch.
+    ///   - now: the clock (ms since the epoch), for `.now` validation and payloads without `signedDate`.
+    public init(
+        policy: VerificationPolicy,
+        chainCache: ChainCache? = ChainCache(capacity: 1024),
+        now: @escaping @Sendable () -> Int64 = SignedDataVerifier.systemNowMillis
+    ) {
+        self.policy = policy
+        self.chainCache = chainCache
+        self.now = now
+        self.trustedFingerprints = Set(policy.roots.map(\.fingerprint))
+    }
+
+    public static let systemNowMillis: @Sendable () -> Int64 = {
+        Int64((Date().timeIntervalSince1970 * 1000).rounded(.down))
+    }
+
+    enum Kind: String {
+        case notification, transaction, renewalInfo, appTransaction
+    }
+
+    // MARK: - Public entry points
+
+    /// Verifies any supported input: a JWS of any kind, Apple's POST body `{"signedPayload":"..."}`, or recognises a
+    /// legacy receipt (rejected with LEGACY_RECEIPT_UNSUPPORTED).
+    public func verify(_ input: String) throws(VerificationError) -> VerifiedItem {
+        try withUTF8Bytes(input) { (buf) throws(VerificationError) in try verify(buffer: buf) }
+    }
+
+    public func verify(_ input: some Collection<UInt8>) throws(VerificationError) -> VerifiedItem {
+        try withContiguousBytes(input) { (buf) throws(VerificationError) in try verify(buffer: buf) }
+    }
+
+    public func verify(buffer: UnsafeBufferPointer<UInt8>) throws(VerificationError) -> VerifiedItem {
+        try verifyTop(buffer, expected: nil)
+    }
+
+    public func verifyNotification(_ input: String) throws(VerificationError) -> VerifiedNotification {
+        try withUTF8Bytes(input) { (buf) throws(VerificationError) in try verifyNotification(buffer: buf) }
+    }
+
+    public func verifyNotification(_ input: some Collection<UInt8>) throws(VerificationError) -> VerifiedNotification {
+        try withContiguousBytes(input) { (buf) throws(VerificationError) in try verifyNotification(buffer: buf) }
+    }
+
+    public func verifyNotification(buffer: UnsafeBufferPointer<UInt8>) throws(VerificationError) -> VerifiedNotification {
+        guard case .notification(let n) = try verifyTop(buffer, expected: .notification) else {
+            throw VerificationError(.malformedJWS, "not a notification")
+        }
+        return n
+    }
+
+    public func verifyTransaction(_ input: String) throws(VerificationError) -> VerifiedTransaction {
+        try withUTF8Bytes(input) { (buf) throws(VerificationError) in try verifyTransaction(buffer: buf) }
+    }
+
+    public func verifyTransaction(_ input: some Collection<UInt8>) throws(VerificationError) -> VerifiedTransaction {
+        try withContiguousBytes(input) { (buf) throws(VerificationError) in try verifyTransaction(buffer: buf) }
+    }
+
+    public func verifyTransaction(buffer: UnsafeBufferPointer<UInt8>) throws(VerificationError) -> VerifiedTransaction {
+        guard case .transaction(let t) = try verifyTop(buffer, expected: .transaction) else {
+            throw VerificationError(.malformedJWS, "not a transaction")
+        }
+        return t
+    }
+
+    public func verifyRenewalInfo(_ input: String) throws(VerificationError) -> VerifiedRenewalInfo {
+        try withUTF8Bytes(input) { (buf) throws(VerificationError) in try verifyRenewalInfo(buffer: buf) }
+    }
+
+    public func verifyRenewalInfo(_ input: some Collection<UInt8>) throws(VerificationError) -> VerifiedRenewalInfo {
+        try withContiguousBytes(input) { (buf) throws(VerificationError) in try verifyRenewalInfo(buffer: buf) }
+    }
+
+    public func verifyRenewalInfo(buffer: UnsafeBufferPointer<UInt8>) throws(VerificationError) -> VerifiedRenewalInfo {
+        guard case .renewalInfo(let r) = try verifyTop(buffer, expected: .renewalInfo) else {
+            throw VerificationError(.malformedJWS, "not a renewal info")
+        }
+        return r
+    }
+
+    public func verifyAppTransaction(_ input: String) throws(VerificationError) -> VerifiedAppTransaction {
+        try withUTF8Bytes(input) { (buf) throws(VerificationError) in try verifyAppTransaction(buffer: buf) }
+    }
+
+    public func verifyAppTransaction(_ input: some Collection<UInt8>) throws(VerificationError) -> VerifiedAppTransaction {
+        try withContiguousBytes(input) { (buf) throws(VerificationError) in try verifyAppTransaction(buffer: buf) }
+    }
+
+    public func verifyAppTransaction(buffer: UnsafeBufferPointer<UInt8>) throws(VerificationError) -> VerifiedAppTransaction {
+        guard case .appTransaction(let a) = try verifyTop(buffer, expected: .appTransaction) else {
+            throw VerificationError(.malformedJWS, "not an AppTransaction")
+        }
+        return a
+    }
+
+    // MARK: - Input classification
+
+    @inline(__always) static func isSpace(_ c: UInt8) -> Bool { c == 0x20 || c == 0x0A || c == 0x0D || c == 0x09 }
+
+    func verifyTop(_ raw: UnsafeBufferPointer<UInt8>, expected: Kind?) throws(VerificationError) -> VerifiedItem {
+        if raw.count > policy.maxInputBytes {
+            throw VerificationError(
+                .payloadTooLarge, "input is \(raw.count) bytes; the limit is \(policy.maxInputBytes) bytes")
+        }
+        var lo = 0
+        var hi = raw.count
+        while lo < hi && Self.isSpace(raw[lo]) { lo += 1 }
+        while hi > lo && Self.isSpace(raw[hi - 1]) { hi -= 1 }
+        if lo == hi { throw VerificationError(.malformedJWS, "empty input") }
+        let buf = UnsafeBufferPointer(rebasing: raw[lo..<hi])
+
+        if buf[0] == UInt8(ascii: "{") {
+            // Apple's POST body {"signedPayload": "..."} (or a legacy verifyReceipt request body).
+            let body: JSONValue
+            do { body = try JSONValue.parse(buf) } catch {
+                throw VerificationError(.malformedJWS, "input starts with '{' but is not valid JSON: \(error)")
+            }
+            guard case .object(let o) = body else { throw VerificationError(.malformedJWS, "JSON body is not an object") }
+            if let sp = o["signedPayload"] {
+                guard let jws = sp.stringValue else {
+                    throw VerificationError(.malformedJWS, "signedPayload must be a string", field: "signedPayload")
+                }
+                if let expected, expected != .notification {
+                    throw VerificationError(
+                        .malformedJWS, "a signedPayload body holds a notification, expected a \(expected.rawValue)")
+                }
+                return try withUTF8Bytes(jws) { (b) throws(VerificationError) in
+                    try verifyItem(b, expected: .notification)
+                }
+            }
+            if o["receipt-data"] != nil || o["receipt"] != nil {
+                throw VerificationError(
+                    .legacyReceiptUnsupported,
+                    "a verifyReceipt request body (receipt-data) holds a legacy receipt; only App Store signed JWS "
+                        + "(StoreKit 2 / App Store Server Notifications V2) are accepted")
+            }
+            throw VerificationError(.malformedJWS, "JSON body has no signedPayload field")
+        }
+        if Self.looksLikeLegacyReceipt(buf) {
+            throw VerificationError(
+                .legacyReceiptUnsupported,
+                "input is a legacy base64 PKCS#7 app receipt (verifyReceipt flow), which is deprecated and not "
+                    + "accepted; send the StoreKit 2 signed transaction (JWS) instead")
+        }
+        return try verifyItem(buf, expected: expected)
+    }
+
+    /// Legacy receipts: standard base64 (no '.') of a DER SEQUENCE, so they start with "MI".
+    static func looksLikeLegacyReceipt(_ b: UnsafeBufferPointer<UInt8>) -> Bool {
+        guard b.count >= 16, b[0] == UInt8(ascii: "M"), b[1] == UInt8(ascii: "I") else { return false }
+        for c in b {
+            switch c {
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
+                UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "+"), UInt8(ascii: "/"), UInt8(ascii: "="),
+                0x0A, 0x0D, 0x20, 0x09:
+                continue
+            default:
+                return false
+            }
+        }
+        return true
+    }
+
+    // MARK: - Items
+
+    func verifyItem(_ buf: UnsafeBufferPointer<UInt8>, expected: Kind?) throws(VerificationError) -> VerifiedItem {
+        let (kind, payload) = try verifyJWS(buf, expected: expected)
+        switch kind {
+        case .transaction:
+            let t = JWSTransactionDecodedPayload(raw: payload)
+            try checkBundle(payload["bundleId"], field: "bundleId")
+            let env = try checkEnvironment(payload["environment"], field: "environment")
+            try checkAppAppleId(nil, environment: env, present: false)
+            return .transaction(VerifiedTransaction(payload: t))
+        case .renewalInfo:
+            _ = try checkEnvironment(payload["environment"], field: "environment")
+            return .renewalInfo(VerifiedRenewalInfo(payload: JWSRenewalInfoDecodedPayload(raw: payload)))
+        case .appTransaction:
+            try checkBundle(payload["bundleId"], field: "bundleId")
+            let env = try checkEnvironment(payload["receiptType"], field: "receiptType")
+            try checkAppAppleId(payload["appAppleId"], environment: env, present: true)
+            return .appTransaction(VerifiedAppTransaction(payload: AppTransaction(raw: payload)))
+        case .notification:
+            return .notification(try finishNotification(payload))
+        }
+    }
+
+    func finishNotification(_ payload: JSONValue) throws(VerificationError) -> VerifiedNotification {
+        // Where the app identity lives depends on the notification's shape.
+        let section: String
+        let app: JSONValue
+        if let d = payload["data"] {
+            section = "data"
+            app = d
+        } else if let s = payload["summary"] {
+            section = "summary"
+            app = s
+        } else if let a = payload["appData"] {
+            section = "appData"
+            app = a
+        } else if let e = payload["externalPurchaseToken"] {
+            section = "externalPurchaseToken"
+            app = e
+        } else {
+            throw VerificationError(
+                .malformedJWS, "notification has none of data, summary, appData, externalPurchaseToken")
+        }
+        guard app.objectValue != nil else {
+            throw VerificationError(.malformedJWS, "\(section) must be an object", field: section)
+        }
+        try checkBundle(app["bundleId"], field: "\(section).bundleId")
+        let env: Environment
+        if section == "externalPurchaseToken" {
+            env = ExternalPurchaseToken(raw: app).environment
+            try checkEnvironmentValue(env, field: "externalPurchaseToken.externalPurchaseId")
+        } else {
+            env = try checkEnvironment(app["environment"], field: "\(section).environment")
+        }
+        try checkAppAppleId(app["appAppleId"], environment: env, present: true, field: "\(section).appAppleId")
+
+        var transaction: JWSTransactionDecodedPayload?
+        var renewal: JWSRenewalInfoDecodedPayload?
+        var appTransaction: AppTransaction?
+        if section == "data" {
+            if let v = app["signedTransactionInfo"], v != .null {
+                let item = try nested(v, field: "data.signedTransactionInfo", kind: .transaction)
+                if case .transaction(let t) = item { transaction = t.payload }
+            }
+            if let v = app["signedRenewalInfo"], v != .null {
+                let item = try nested(v, field: "data.signedRenewalInfo", kind: .renewalInfo)
+                if case .renewalInfo(let r) = item { renewal = r.payload }
+            }
+        } else if section == "appData" {
+            if let v = app["signedAppTransactionInfo"], v != .null {
+                let item = try nested(v, field: "appData.signedAppTransactionInfo", kind: .appTransaction)
+                if case .appTransaction(let a) = item { appTransaction = a.payload }
+            }
+        }
+        return VerifiedNotification(
+            payload: ResponseBodyV2DecodedPayload(raw: payload), transaction: transaction, renewalInfo: renewal,
+            appTransaction: appTransaction)
+    }
+
+    func nested(_ v: JSONValue, field: String, kind: Kind) throws(VerificationError) -> VerifiedItem {
+        guard let jws = v.stringValue else {
+            throw VerificationError(.malformedJWS, "\(field) must be a JWS string", field: field)
+        }
+        do {
+            return try withUTF8Bytes(jws) { (b) throws(VerificationError) in try verifyItem(b, expected: kind) }
+        } catch {
+            throw error.nested(in: field)
+        }
+    }
+
+    // MARK: - App checks
+
+    func checkBundle(_ v: JSONValue?, field: String) throws(VerificationError) {
+        guard let v else {
+            throw VerificationError(.wrongBundleId, "payload has no \(field); expected \(policy.bundleId)")
+        }
+        guard let s = v.stringValue else { throw VerificationError(.malformedJWS, "\(field) must be a string") }
+        if s != policy.bundleId {
+            throw VerificationError(.wrongBundleId, "\(field) is \(s); expected \(policy.bundleId)")
+        }
+    }
+
+    func checkEnvironment(_ v: JSONValue?, field: String) throws(VerificationError) -> Environment {
+        guard let v else {
+            throw VerificationError(.wrongEnvironment, "payload has no \(field) (environment)")
+        }
+        guard let s = v.stringValue else { throw VerificationError(.malformedJWS, "\(field) must be a string") }
+        let env = Environment(s)
+        try checkEnvironmentValue(env, field: field)
+        return env
+    }
+
+    func checkEnvironmentValue(_ env: Environment, field: String) throws(VerificationError) {
+        if policy.environments.contains(env) { return }
+        if env.isUnsigned && policy.allowUnsignedEnvironments { return }
+        let accepted = policy.environments.map(\.rawValue).sorted().joined(separator: ", ")
+        throw VerificationError(.wrongEnvironment, "\(field) is \(env.rawValue); accepted: \(accepted)")
+    }
+
+    /// Production data must carry the configured appAppleId; any appAppleId present must match it.
+    func checkAppAppleId(
+        _ v: JSONValue?, environment: Environment, present: Bool, field: String = "appAppleId"
+    ) throws(VerificationError) {
+        guard present else { return }
+        var value: Int64?
+        if let v, v != .null {
+            guard let i = v.int64Value else { throw VerificationError(.malformedJWS, "\(field) must be an integer") }
+            value = i
+        }
+        if environment == .production {
+            guard let expected = policy.appAppleId else {
+                throw VerificationError(.wrongAppAppleId, "Production data but no appAppleId is configured")
+            }
+            guard let value else {
+                throw VerificationError(.wrongAppAppleId, "Production data without \(field); expected \(expected)")
+            }
+            if value != expected {
+                throw VerificationError(.wrongAppAppleId, "\(field) is \(value); expected \(expected)")
+            }
+        } else if let value, let expected = policy.appAppleId, value != expected {
+            throw VerificationError(.wrongAppAppleId, "\(field) is \(value); expected \(expected)")
+        }
+    }
+
+    // MARK: - JWS core
+
+    static let dot = UInt8(ascii: ".")
+    static let l1Tag: UInt8 = 0x48  // 'H': exact header segment
+    static let l2Tag: UInt8 = 0x58  // 'X': exact x5c[0] + x5c[1] strings
+
+    func verifyJWS(
+        _ buf: UnsafeBufferPointer<UInt8>, expected: Kind?
+    ) throws(VerificationError) -> (Kind, JSONValue) {
+        let n = buf.count
+        if n > policy.maxInputBytes {
+            throw VerificationError(.payloadTooLarge, "JWS is \(n) bytes; the limit is \(policy.maxInputBytes) bytes")
+        }
+        // 1. Three segments.
+        var dots = 0
+        var d1 = -1
+        var d2 = -1
+        for k in 0..<n where buf[k] == Self.dot {
+            dots += 1
+            if dots == 1 { d1 = k } else if dots == 2 { d2 = k }
+        }
+        guard dots == 2 else {
+            throw VerificationError(
+                .malformedJWS, "a compact JWS has three '.'-separated segments; found \(dots + 1)")
+        }
+        guard d1 > 0, d2 > d1 + 1, d2 < n - 1 else { throw VerificationError(.malformedJWS, "empty JWS segment") }
+        let headerSeg = UnsafeBufferPointer(rebasing: buf[0..<d1])
+        let payloadSeg = UnsafeBufferPointer(rebasing: buf[(d1 + 1)..<d2])
+        let sigSeg = UnsafeBufferPointer(rebasing: buf[(d2 + 1)..<n])
+
+        // 2. Header: an exact header segment already verified skips decoding entirely.
+        var chain: VerifiedChain?
+        var l1Key: ChainCacheKey?
+        var header: [String: JSONValue]?
+        if let cache = chainCache {
+            let key = Self.makeKey(tag: Self.l1Tag, headerSeg)
+            if let c = cache.lookup(key, countHit: true, countMiss: false), trustedFingerprints.contains(c.rootFingerprint) {
+                chain = c
+            } else {
+                l1Key = key
+            }
+        }
+        if chain == nil {
+            guard let hb = Base64.decodeURL(headerSeg) else {
+                throw VerificationError(.malformedJWS, "JWS header is not valid base64url")
+            }
+            let hv: JSONValue
+            do { hv = try hb.withUnsafeBufferPointer { try JSONValue.parse($0) } } catch {
+                throw VerificationError(.malformedJWS, "JWS header is not valid JSON: \(error)")
+            }
+            guard case .object(let h) = hv else { throw VerificationError(.malformedJWS, "JWS header is not a JSON object") }
+            guard let algValue = h["alg"] else { throw VerificationError(.unsupportedAlgorithm, "JWS header has no alg") }
+            guard let alg = algValue.stringValue, alg == "ES256" else {
+                throw VerificationError(
+                    .unsupportedAlgorithm, "alg is \(algValue.serialized()); only ES256 is accepted")
+            }
+            if h["crit"] != nil {
+                throw VerificationError(.malformedJWS, "JWS header lists critical extensions (crit); none are supported")
+            }
+            header = h
+        }
+
+        // 3. Payload.
+        guard let pb = Base64.decodeURL(payloadSeg) else {
+            throw VerificationError(.malformedJWS, "JWS payload is not valid base64url")
+        }
+        let payload: JSONValue
+        do { payload = try pb.withUnsafeBufferPointer { try JSONValue.parse($0) } } catch {
+            throw VerificationError(.malformedJWS, "JWS payload is not valid JSON: \(error)")
+        }
+        guard case .object(let obj) = payload else {
+            throw VerificationError(.malformedJWS, "JWS payload is not a JSON object")
+        }
+        guard let detected = Self.detectKind(obj) else {
+            throw VerificationError(
+                .malformedJWS,
+                "payload is not a notification, transaction, renewal info or AppTransaction (no notificationType, "
+                    + "transactionId, receiptCreationDate, appTransactionId or originalTransactionId)")
+        }
+        if let expected, expected != detected {
+            throw VerificationError(.malformedJWS, "payload is a \(detected.rawValue), expected a \(expected.rawValue)")
+        }
+
+        // 4. Validation time, read before the signature and bound by it afterwards.
+        let validationTime: Int64
+        switch policy.validationTime {
+        case .now:
+            validationTime = now()
+        case .signedDate:
+            let field = detected == .appTransaction && obj["receiptCreationDate"] != nil ? "receiptCreationDate" : "signedDate"
+            if let v = obj[field], v != .null {
+                guard let t = v.int64Value else {
+                    throw VerificationError(.malformedJWS, "\(field) must be an integer (ms since the epoch)")
+                }
+                validationTime = t
+            } else {
+                validationTime = now()
+            }
+        }
+
+        // 5. Locally signed environments never reach the cryptography.
+        if let env = try Self.environmentOf(kind: detected, obj), env.isUnsigned {
+            if !policy.allowUnsignedEnvironments {
+                throw VerificationError(
+                    .unsignedEnvironmentRefused,
+                    "environment \(env.rawValue) is signed locally, not by Apple; refused (development-only option "
+                        + "allowUnsignedEnvironments is off)")
+            }
+            return (detected, payload)
+        }
+
+        // 6. Chain.
+        if chain == nil, let header {
+            guard let x5cValue = header["x5c"] else {
+                throw VerificationError(.invalidChainLength, "JWS header has no x5c; exactly 3 certificates are required")
+            }
+            guard let x5c = x5cValue.arrayValue else { throw VerificationError(.malformedJWS, "x5c must be an array") }
+            guard x5c.count == 3 else {
+                throw VerificationError(
+                    .invalidChainLength, "x5c holds \(x5c.count) certificate(s); exactly 3 are required")
+            }
+            guard let leafB64 = x5c[0].stringValue, let interB64 = x5c[1].stringValue, x5c[2].stringValue != nil else {
+                throw VerificationError(.malformedJWS, "x5c entries must be base64 strings")
+            }
+            if let cache = chainCache {
+                var keyBytes: [UInt8] = [Self.l2Tag]
+                keyBytes.reserveCapacity(leafB64.utf8.count + interB64.utf8.count + 2)
+                keyBytes.append(contentsOf: leafB64.utf8)
+                keyBytes.append(0)
+                keyBytes.append(contentsOf: interB64.utf8)
+                let l2Key = ChainCacheKey(bytes: keyBytes)
+                if let c = cache.lookup(l2Key, countHit: true, countMiss: true), trustedFingerprints.contains(c.rootFingerprint) {
+                    chain = c
+                } else {
+                    let c = try verifyChain(leafB64: leafB64, interB64: interB64)
+                    cache.insert(l2Key, c)
+                    chain = c
+                }
+                if let l1Key, let chain { cache.insert(l1Key, chain) }
+            } else {
+                chain = try verifyChain(leafB64: leafB64, interB64: interB64)
+            }
+        }
+        guard let chain else { throw VerificationError(.untrustedChain, "no verified chain") }
+
+        // 7. Validity of the whole chain at the validation time.
+        if !chain.isValid(atMillis: validationTime) {
+            throw VerificationError(
+                .certificateNotValidAtTime,
+                "validation time \(Self.iso(validationTime)) is outside the chain's validity "
+                    + "[\(Self.iso(chain.notBeforeMillis)), \(Self.iso(chain.notAfterMillis))]")
+        }
+
+        // 8. ES256 signature over header.payload.
+        guard let sig = Base64.decodeURL(sigSeg) else {
+            throw VerificationError(.malformedJWS, "JWS signature is not valid base64url")
+        }
+        guard sig.count == 64 else {
+            throw VerificationError(
+                .invalidSignature,
+                "signature is \(sig.count) bytes; ES256 requires a 64-byte raw r||s value (DER signatures are invalid)")
+        }
+        let signature: P256.Signing.ECDSASignature
+        do { signature = try P256.Signing.ECDSASignature(rawRepresentation: sig) } catch {
+            throw VerificationError(.invalidSignature, "signature is not a valid P-256 r||s value")
+        }
+        let signingInput = UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: buf[0..<d2]))
+        guard chain.leafKey.isValidSignature(signature, for: SHA256.hash(data: signingInput)) else {
+            throw VerificationError(.invalidSignature, "ES256 signature does not verify with the leaf certificate's key")
+        }
+        return (detected, payload)
+    }
+
+    static func makeKey(tag: UInt8, _ seg: UnsafeBufferPointer<UInt8>) -> ChainCacheKey {
+        let bytes = [UInt8](unsafeUninitializedCapacity: seg.count + 1) { dst, initialized in
+            dst[0] = tag
+            if let base = seg.baseAddress, seg.count > 0 {
+                (dst.baseAddress! + 1).update(from: base, count: seg.count)
+            }
+            initialized = seg.count + 1
+        }
+        return ChainCacheKey(bytes: bytes)
+    }
+
+    static func detectKind(_ o: [String: JSONValue]) -> Kind? {
+        if o["notificationType"] != nil { return .notification }
+        if o["transactionId"] != nil { return .transaction }
+        if o["receiptCreationDate"] != nil || o["receiptType"] != nil { return .appTransaction }
+        if o["originalTransactionId"] != nil { return .renewalInfo }
+        if o["appTransactionId"] != nil { return .appTransaction }
+        return nil
+    }
+
+    static func environmentOf(kind: Kind, _ o: [String: JSONValue]) throws(VerificationError) -> Environment? {
+        func read(_ v: JSONValue?, _ field: String) throws(VerificationError) -> Environment? {
+            guard let v, v != .null else { return nil }
+            guard let s = v.stringValue else { throw VerificationError(.malformedJWS, "\(field) must be a string") }
+            return Environment(s)
+        }
+        switch kind {
+        case .transaction, .renewalInfo: return try read(o["environment"], "environment")
+        case .appTransaction: return try read(o["receiptType"], "receiptType")
+        case .notification:
+            for section in ["data", "summary", "appData"] {
+                if let s = o[section]?.objectValue { return try read(s["environment"], "\(section).environment") }
+            }
+            return nil
+        }
+    }
+
+    static func iso(_ ms: Int64) -> String {
+        let d = Date(timeIntervalSince1970: Double(ms) / 1000)
+        return d.formatted(.iso8601)
+    }
+
+    // MARK: - Chain verification (cache miss)
+
+    static let appleLeafOID: ASN1ObjectIdentifier = [1, 2, 840, 113635, 100, 6, 11, 1]
+    static let appleIntermediateOID: ASN1ObjectIdentifier = [1, 2, 840, 113635, 100, 6, 2, 1]
+    static let basicConstraintsOID: ASN1ObjectIdentifier = [2, 5, 29, 19]
+    static let keyUsageOID: ASN1ObjectIdentifier = [2, 5, 29, 15]
+    static let handledCritical: Set<ASN1ObjectIdentifier> = [
+        basicConstraintsOID, keyUsageOID, appleLeafOID, appleIntermediateOID,
+    ]
+
+    static func millis(_ d: Date) -> Int64 { Int64((d.timeIntervalSince1970 * 1000).rounded(.down)) }
+
+    func verifyChain(leafB64: String, interB64: String) throws(VerificationError) -> VerifiedChain {
+        guard let leafDER = Base64.decodeStandard(leafB64) else {
+            throw VerificationError(.malformedJWS, "x5c[0] is not valid base64")
+        }
+        guard let interDER = Base64.decodeStandard(interB64) else {
+            throw VerificationError(.malformedJWS, "x5c[1] is not valid base64")
+        }
+        let leaf: Certificate
+        let inter: Certificate
+        do { leaf = try Certificate(derEncoded: leafDER) } catch {
+            throw VerificationError(.untrustedChain, "x5c[0] is not a valid X.509 certificate: \(error)")
+        }
+        do { inter = try Certificate(derEncoded: interDER) } catch {
+            throw VerificationError(.untrustedChain, "x5c[1] is not a valid X.509 certificate: \(error)")
+        }
+        // Path leaf -> intermediate -> configured root: names and signatures.
+        guard leaf.issuer == inter.subject else {
+            throw VerificationError(
+                .untrustedChain, "leaf issuer (\(leaf.issuer)) is not the intermediate's subject (\(inter.subject))")
+        }
+        guard inter.publicKey.isValidSignature(leaf.signature, for: leaf) else {
+            throw VerificationError(.untrustedChain, "leaf certificate signature does not verify with the intermediate's key")
+        }
+        var anchor: TrustedRoot?
+        for root in policy.roots where root.certificate.subject == inter.issuer {
+            if root.certificate.publicKey.isValidSignature(inter.signature, for: inter) {
+                anchor = root
+                break
+            }
+        }
+        guard let anchor else {
+            throw VerificationError(
+                .untrustedChain,
+                "intermediate (issuer \(inter.issuer)) is not signed by any configured root certificate")
+        }
+        let root = anchor.certificate
+        // RFC 5280 structure: CA flags, path length, key usage, critical extensions.
+        try Self.requireCA(inter, name: "intermediate", below: 0)
+        try Self.requireCA(root, name: "root", below: 1, optional: true)
+        if let ku = try? leaf.extensions.keyUsage, !ku.digitalSignature {
+            throw VerificationError(.untrustedChain, "leaf key usage does not allow digitalSignature")
+        }
+        for (cert, name) in [(leaf, "leaf"), (inter, "intermediate"), (root, "root")] {
+            for ext in cert.extensions where ext.critical && !Self.handledCritical.contains(ext.oid) {
+                throw VerificationError(.untrustedChain, "\(name) has an unhandled critical extension \(ext.oid)")
+            }
+        }
+        // Apple marker extensions (presence).
+        guard leaf.extensions[oid: Self.appleLeafOID] != nil else {
+            throw VerificationError(.missingAppleOID, "leaf lacks Apple's marker extension 1.2.840.113635.100.6.11.1")
+        }
+        guard inter.extensions[oid: Self.appleIntermediateOID] != nil else {
+            throw VerificationError(
+                .missingAppleOID, "intermediate lacks Apple's marker extension 1.2.840.113635.100.6.2.1")
+        }
+        guard let leafKey = P256.Signing.PublicKey(leaf.publicKey) else {
+            throw VerificationError(.untrustedChain, "leaf key is not a P-256 key (ES256 requires P-256)")
+        }
+        let notBefore = max(Self.millis(leaf.notValidBefore), Self.millis(inter.notValidBefore), Self.millis(root.notValidBefore))
+        let notAfter = min(Self.millis(leaf.notValidAfter), Self.millis(inter.notValidAfter), Self.millis(root.notValidAfter))
+        return VerifiedChain(
+            leafKey: leafKey, notBeforeMillis: notBefore, notAfterMillis: notAfter, rootFingerprint: anchor.fingerprint)
+    }
+
+    static func requireCA(
+        _ cert: Certificate, name: String, below: Int, optional: Bool = false
+    ) throws(VerificationError) {
+        let bc: BasicConstraints?
+        do { bc = try cert.extensions.basicConstraints } catch {
+            throw VerificationError(.untrustedChain, "\(name) has an invalid basicConstraints extension")
+        }
+        switch bc {
+        case .none:
+            if !optional { throw VerificationError(.untrustedChain, "\(name) has no basicConstraints: not a CA") }
+        case .notCertificateAuthority?:
+            throw VerificationError(.untrustedChain, "\(name) is not a CA (basicConstraints cA=false)")
+        case .isCertificateAuthority(let maxPathLength)?:
+            if let maxPathLength, maxPathLength < below {
+                throw VerificationError(
+                    .untrustedChain, "\(name) path length constraint \(maxPathLength) allows fewer CAs below it")
+            }
+        }
+        let ku: KeyUsage?
+        do { ku = try cert.extensions.keyUsage } catch {
+            throw VerificationError(.untrustedChain, "\(name) has an invalid keyUsage extension")
+        }
+        if let ku, !ku.keyCertSign {
+            throw VerificationError(.untrustedChain, "\(name) key usage does not allow keyCertSign")
+        }
+    }
+}
