@@ -167,7 +167,8 @@ public final class VerifierWorker: Service, Sendable {
                 let outcome = processor.process(
                     value: m.value, deviceVerificationId: device,
                     at: InputCoordinates(topic: m.topic, partition: m.partition, offset: m.offset))
-                metrics.verifyLatency.recordInterval(ContinuousClock.now - began)
+                let took = (ContinuousClock.now - began).components
+                metrics.verifyLatency.recordNanoseconds(took.seconds * 1_000_000_000 + took.attoseconds / 1_000_000_000)
                 results.set(i, outcome)
             }
         }
@@ -224,7 +225,6 @@ public final class VerifierWorker: Service, Sendable {
     /// outputs pending leaves the input to be redelivered.
     private func send(_ message: OutgoingMessage, attempt: Int, producer: KafkaProducer, onDelivered: @escaping @Sendable () -> Void) {
         let logger = self.logger
-        let stats = self.stats
         let metrics = self.metrics
         let completion: @Sendable (Result<DeliveryReport, KafkaError>) -> Void = { [weak self] result in
             switch result {
@@ -232,10 +232,10 @@ public final class VerifierWorker: Service, Sendable {
                 onDelivered()
             case .failure(let error):
                 metrics.deliveryRetries.increment()
-                stats.withLock { $0.deliveryRetries += 1 }
+                self?.stats.withLock { $0.deliveryRetries += 1 }
                 let backoff = min(5_000, 100 * (1 << min(attempt, 6)))
                 logger.warning("delivery failed; retrying", metadata: ["topic": "\(message.topic)", "error": "\(error)", "attempt": "\(attempt + 1)", "backoff-ms": "\(backoff)"])
-                DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(backoff)) {
+                DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(backoff)) { [weak self] in
                     self?.send(message, attempt: attempt + 1, producer: producer, onDelivered: onDelivered)
                 }
             }

@@ -114,7 +114,13 @@ struct Worker: AsyncParsableCommand {
         let topics = s.strings("input-topic", flag: inputTopics, default: ["appstore.raw"])
         let rootPaths = s.strings("root-certificate", flag: rootCertificates)
         guard !rootPaths.isEmpty else { throw FleetSettings.Error.missing(key: "root-certificate") }
-        let roots = try rootPaths.map { try RootCertificateFile.load(path: $0) }
+        var roots: [TrustedRoot] = []
+        for path in rootPaths {
+            guard let data = FileManager.default.contents(atPath: path) else {
+                throw FleetSettings.Error.invalidValue(key: "root-certificate", value: path, expected: "a readable DER or PEM file")
+            }
+            roots += try TrustedRoot.load(derOrPEM: Array(data))
+        }
         let envNames = s.strings("environment", flag: environments, default: ["Production"])
         var envs = Set<AppStoreVerification.Environment>()
         for name in envNames {
