@@ -172,7 +172,7 @@ public struct TestPKI: Sendable {
         environments: Set<AppStoreVerification.Environment> = [.sandbox, .production],
         validationTime: ValidationTime = .signedDate, allowUnsignedEnvironments: Bool = false,
         maxInputBytes: Int = VerificationPolicy.defaultMaxInputBytes
-    ) throws -> VerificationPolicy {
+    ) throws(PolicyError) -> VerificationPolicy {
         try VerificationPolicy(
             rootDERs: [rootDER], bundleId: bundleId, appAppleId: appAppleId, environments: environments,
             validationTime: validationTime, allowUnsignedEnvironments: allowUnsignedEnvironments,

@@ -1,0 +1,10 @@
+import ArgumentParser
+
+/// `fleet bench ...`: in-process benchmarks.
+struct Bench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "bench",
+        abstract: "Benchmarks.",
+        subcommands: [BenchVerify.self, BenchWorker.self, BenchPipeline.self]
+    )
+}

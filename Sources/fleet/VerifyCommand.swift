@@ -1,0 +1,121 @@
+import AppStoreVerification
+import ArgumentParser
+import Foundation
+
+/// `fleet verify`: verify App Store JWS from files or stdin, one JSON verdict per input line.
+struct Verify: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "verify",
+        abstract: "Verify App Store signed data (JWS), one item per input line; prints one JSON verdict per line.",
+        discussion: """
+            Each input line is a bare JWS (notification signedPayload, signed transaction, renewal info or \
+            AppTransaction) or Apple's POST body {"signedPayload":"..."}. Output, in order, one JSON object per line:
+              {"verdict":"verified","kind":"notification|transaction|renewalInfo|appTransaction","payload":{...}}
+              {"verdict":"rejected","reason":"CODE","detail":"..."}
+            Exit status: 0 when every line was processed (whatever the verdicts), 2 on usage or configuration errors.
+            Blank lines are skipped.
+            """
+    )
+
+    @Option(name: .customLong("root-certificate"), help: "Trusted root certificate, DER or PEM (repeatable).")
+    var rootCertificates: [String] = []
+
+    @Option(name: .customLong("bundle-id"), help: "The app's bundle identifier.")
+    var bundleId: String?
+
+    @Option(name: .customLong("environment"), help: "Accepted environment: Production or Sandbox (repeatable).")
+    var environments: [String] = []
+
+    @Option(name: .customLong("app-apple-id"), help: "The app's Apple ID (required with Production).")
+    var appAppleId: Int64?
+
+    @Option(name: .customLong("validation-time"), help: "signed-date (default, offline) or now.")
+    var validationTime: String = "signed-date"
+
+    @Flag(
+        name: .customLong("allow-unsigned-environments"),
+        help: "Development only: accept Xcode/LocalTesting data, which is not signed by Apple.")
+    var allowUnsignedEnvironments = false
+
+    @Argument(help: "Input files ('-' or none: stdin).")
+    var inputs: [String] = []
+
+    func fail(_ message: String) -> ExitCode {
+        FileHandle.standardError.write(Data("fleet verify: \(message)\n".utf8))
+        return ExitCode(2)
+    }
+
+    func run() throws {
+        guard let bundleId, !bundleId.isEmpty else { throw fail("--bundle-id is required") }
+        if rootCertificates.isEmpty { throw fail("at least one --root-certificate is required") }
+        if environments.isEmpty { throw fail("at least one --environment is required (Production or Sandbox)") }
+        var roots: [TrustedRoot] = []
+        for path in rootCertificates {
+            guard let data = FileManager.default.contents(atPath: path) else {
+                throw fail("cannot read root certificate \(path)")
+            }
+            do { roots += try TrustedRoot.load(derOrPEM: Array(data)) } catch {
+                throw fail("root certificate \(path): \(error.message)")
+            }
+        }
+        var envs = Set<AppStoreVerification.Environment>()
+        for e in environments {
+            guard let env = AppStoreVerification.Environment(parsing: e) else {
+                throw fail("unknown environment \(e) (use Production or Sandbox)")
+            }
+            envs.insert(env)
+        }
+        guard let vt = ValidationTime(rawValue: validationTime) else {
+            throw fail("--validation-time must be signed-date or now, not \(validationTime)")
+        }
+        let policy: VerificationPolicy
+        do {
+            policy = try VerificationPolicy(
+                roots: roots, bundleId: bundleId, appAppleId: appAppleId, environments: envs, validationTime: vt,
+                allowUnsignedEnvironments: allowUnsignedEnvironments)
+        } catch {
+            throw fail(error.message)
+        }
+        // Read every input before writing anything, so an unreadable file is a clean usage error.
+        var sources: [Data] = []
+        let paths = inputs.isEmpty ? ["-"] : inputs
+        for path in paths {
+            if path == "-" {
+                sources.append(FileHandle.standardInput.readDataToEndOfFile())
+            } else {
+                guard let d = FileManager.default.contents(atPath: path) else { throw fail("cannot read input \(path)") }
+                sources.append(d)
+            }
+        }
+        let verifier = SignedDataVerifier(policy: policy)
+        var out: [UInt8] = []
+        out.reserveCapacity(1 << 16)
+        let stdout = FileHandle.standardOutput
+        for data in sources {
+            let bytes = [UInt8](data)
+            for line in bytes.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: true) {
+                if line.allSatisfy({ $0 == 0x20 || $0 == 0x0D || $0 == 0x09 }) { continue }
+                Self.verdict(verifier, line).write(into: &out, sortedKeys: true)
+                out.append(UInt8(ascii: "\n"))
+                if out.count > 1 << 16 {
+                    stdout.write(Data(out))
+                    out.removeAll(keepingCapacity: true)
+                }
+            }
+        }
+        stdout.write(Data(out))
+    }
+
+    static func verdict(_ verifier: SignedDataVerifier, _ line: ArraySlice<UInt8>) -> JSONValue {
+        do {
+            let item = try verifier.verify(line)
+            return .object(["verdict": "verified", "kind": .string(item.kind), "payload": item.renderedJSON])
+        } catch {
+            var o: [String: JSONValue] = [
+                "verdict": "rejected", "reason": .string(error.reason.rawValue), "detail": .string(error.detail),
+            ]
+            if let field = error.field { o["field"] = .string(field) }
+            return .object(o)
+        }
+    }
+}

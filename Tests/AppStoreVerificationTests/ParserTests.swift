@@ -1,0 +1,70 @@
+import AppStoreVerification
+import Foundation
+import Testing
+
+@Suite struct JSONParserTests {
+    @Test func parsesEveryValueKind() throws {
+        let v = try JSONValue.parse(#" {"a":1,"b":-2.5e3,"c":"x\"y\u00e9\ud83d\ude00","d":[true,false,null],"e":{},"f":[] ,"g":9223372036854775807} "#)
+        #expect(v["a"] == .integer(1))
+        #expect(v["b"] == .number(-2500))
+        #expect(v["c"] == .string("x\"yé😀"))
+        #expect(v["d"] == .array([.bool(true), .bool(false), .null]))
+        #expect(v["e"] == .object([:]))
+        #expect(v["g"] == .integer(Int64.max))
+        #expect(try JSONValue.parse("9223372036854775808") == .number(9223372036854775808))
+    }
+
+    @Test(arguments: [
+        "", "{", "{\"a\":}", "{\"a\" 1}", "[1,]", "{\"a\":1,}", "01", "1.", "-", "tru", "\"abc", "\"\u{1}\"",
+        "{\"a\":1}x", "\"\\x\"", "\"\\ud800\"", "{a:1}", "NaN",
+    ])
+    func rejectsInvalidJSON(_ text: String) {
+        #expect(throws: JSONParseError.self) { try JSONValue.parse(text) }
+    }
+
+    @Test func rejectsDuplicateKeys() {
+        do {
+            _ = try JSONValue.parse(#"{"bundleId":"a","bundleId":"b"}"#)
+            Issue.record("duplicate keys accepted")
+        } catch {
+            #expect(error.message.contains("duplicate"))
+            #expect(error.offset == 16)
+        }
+    }
+
+    @Test func boundsTheDepth() throws {
+        let deep = String(repeating: "[", count: 40) + String(repeating: "]", count: 40)
+        #expect(throws: JSONParseError.self) { try JSONValue.parse(deep) }
+        _ = try JSONValue.parse(deep, maxDepth: 64)
+    }
+
+    @Test func rejectsInvalidUTF8() {
+        #expect(throws: JSONParseError.self) { try JSONValue.parse(bytes: [0x22, 0xC3, 0x28, 0x22]) }
+    }
+
+    @Test func serializationRoundTrips() throws {
+        let text = #"{"a":[1,2.5,"x\ny",null,true],"b":{"c":"é"},"d":-7}"#
+        let v = try JSONValue.parse(text)
+        #expect(v.serialized() == text)
+        #expect(try JSONValue.parse(v.serialized()) == v)
+    }
+}
+
+@Suite struct Base64Tests {
+    @Test func roundTripsAndIsStrict() {
+        for n in 0..<40 {
+            let bytes = (0..<n).map { UInt8(truncatingIfNeeded: $0 &* 97 &+ 13) }
+            #expect(Base64.decodeURL(Base64.encodeURL(bytes)) == bytes)
+            #expect(Base64.decodeStandard(Base64.encodeStandard(bytes)) == bytes)
+        }
+        #expect(Base64.decodeURL("QQ") == [0x41])
+        #expect(Base64.decodeURL("QR") == nil, "non-canonical trailing bits")
+        #expect(Base64.decodeURL("QQ==") == nil, "no padding in base64url")
+        #expect(Base64.decodeURL("Q") == nil)
+        #expect(Base64.decodeURL("a+b/") == nil)
+        #expect(Base64.decodeStandard("QQ") == nil, "padding required")
+        #expect(Base64.decodeStandard("QQ==") == [0x41])
+        #expect(Base64.decodeStandard("Q=Q=") == nil)
+        #expect(Base64.decodeURL("-_-_") == [0xFB, 0xFF, 0xBF])
+    }
+}

@@ -1,0 +1,143 @@
+import AppStoreVerification
+import Foundation
+import FleetTestPKI
+import Testing
+
+@Suite struct AcceptedInputs {
+    @Test func transactionVerifiesWithTypedFieldsAndUnknownFieldsKept() throws {
+        let v = Fixtures.verifier()
+        let payload = Fixtures.transaction(extra: ["someFutureField": ["nested": true], "offerPeriod": "P1M"])
+        let t = try v.verifyTransaction(Fixtures.pki.sign(payload))
+        #expect(t.payload.transactionId == "2000000000000001")
+        #expect(t.payload.type == .autoRenewable)
+        #expect(t.payload.environment == .sandbox)
+        #expect(t.payload.signedDate == Fixtures.t0)
+        #expect(t.payload.inAppOwnershipType == .purchased)
+        #expect(t.payload.offerPeriod == "P1M")
+        #expect(t.payload.raw["someFutureField"]?["nested"] == .bool(true))
+        #expect(t.payload.raw == payload)
+    }
+
+    @Test func unknownEnumValuesAreKept() throws {
+        let v = Fixtures.verifier()
+        let payload = Fixtures.transaction(extra: ["type": "Some New Type", "inAppOwnershipType": "NEW_OWNERSHIP", "offerType": 99])
+        let t = try v.verifyTransaction(Fixtures.pki.sign(payload))
+        #expect(t.payload.type?.rawValue == "Some New Type")
+        #expect(t.payload.inAppOwnershipType?.rawValue == "NEW_OWNERSHIP")
+        #expect(t.payload.offerType == OfferType(99))
+    }
+
+    @Test func kindsAreDetected() throws {
+        let pki = Fixtures.pki
+        let v = Fixtures.verifier()
+        let tx = Fixtures.transaction()
+        let renewal = TestPayloads.renewalInfo(originalTransactionId: "2000000000000001", signedDate: Fixtures.t0)
+        let app = TestPayloads.appTransaction(receiptCreationDate: Fixtures.t0)
+        let note = pki.signNotification(type: .didRenew, transaction: tx, renewal: renewal, signedDate: Fixtures.t0)
+        #expect(try v.verify(pki.sign(tx)).kind == "transaction")
+        #expect(try v.verify(pki.sign(renewal)).kind == "renewalInfo")
+        #expect(try v.verify(pki.sign(app)).kind == "appTransaction")
+        let item = try v.verify(note)
+        #expect(item.kind == "notification")
+        guard case .notification(let n) = item else { Issue.record("not a notification"); return }
+        #expect(n.payload.notificationType == .didRenew)
+        #expect(n.transaction?.transactionId == "2000000000000001")
+        #expect(n.renewalInfo?.autoRenewStatus == .on)
+        #expect(n.payload.data?.bundleId == Fixtures.bundleId)
+        // Rendering replaces nested JWS by their decoded objects.
+        let rendered = item.renderedJSON
+        #expect(rendered["data"]?["signedTransactionInfo"]?["transactionId"] == "2000000000000001")
+        #expect(rendered["data"]?["signedRenewalInfo"]?["originalTransactionId"] == "2000000000000001")
+    }
+
+    @Test func appleStylePostBodyIsAccepted() throws {
+        let v = Fixtures.verifier()
+        let note = Fixtures.pki.signNotification(type: .test, signedDate: Fixtures.t0)
+        let body = JSONValue.object(["signedPayload": .string(note)]).serialized()
+        let n = try v.verifyNotification(body)
+        #expect(n.payload.notificationType == .test)
+        #expect(try v.verify(Array(body.utf8)).kind == "notification")
+    }
+
+    @Test func otherNotificationShapes() throws {
+        let pki = Fixtures.pki
+        let v = Fixtures.verifier()
+        let summary = try v.verifyNotification(pki.sign(TestPayloads.summaryNotification(signedDate: Fixtures.t0)))
+        #expect(summary.payload.summary?.succeededCount == 120)
+        #expect(summary.payload.subtype == .summary)
+        let ext = try v.verifyNotification(pki.sign(TestPayloads.externalPurchaseTokenNotification(signedDate: Fixtures.t0)))
+        #expect(ext.payload.externalPurchaseToken?.environment == .sandbox)
+        let app = pki.sign(TestPayloads.appTransaction(receiptCreationDate: Fixtures.t0, appTransactionId: "704289123456"))
+        let rescind = try v.verifyNotification(
+            pki.sign(TestPayloads.rescindConsentNotification(signedAppTransactionInfo: app, signedDate: Fixtures.t0)))
+        #expect(rescind.appTransaction?.appTransactionId == "704289123456")
+        #expect(rescind.payload.notificationType == .rescindConsent)
+    }
+
+    @Test func bytesAndStringInputsAgree() throws {
+        let v = Fixtures.verifier()
+        let jws = Fixtures.pki.sign(Fixtures.transaction())
+        let a = try v.verify(jws)
+        let b = try v.verify(Array(jws.utf8))
+        let c = try v.verify(Data(jws.utf8))
+        #expect(a == b && b == c)
+    }
+
+    @Test func productionNeedsMatchingAppAppleIdOnlyWhereApplePutsOne() throws {
+        let v = Fixtures.verifier(environments: [.production])
+        // Transactions carry no appAppleId: bundle id and environment only.
+        _ = try v.verifyTransaction(Fixtures.pki.sign(Fixtures.transaction(env: .production)))
+        let app = TestPayloads.appTransaction(receiptType: .production, receiptCreationDate: Fixtures.t0)
+        _ = try v.verifyAppTransaction(Fixtures.pki.sign(app))
+    }
+
+    @Test func validationTimeNowUsesTheClock() throws {
+        let expiredLeaf = try Fixtures.pki.withLeafValidity(
+            Date(timeIntervalSince1970: 1_700_000_000), Date(timeIntervalSince1970: 1_760_000_000))
+        let jws = expiredLeaf.sign(Fixtures.transaction())  // signedDate 2025-06 inside the leaf window
+        let offline = Fixtures.verifier(expiredLeaf)
+        _ = try offline.verify(jws)
+        let online = Fixtures.verifier(expiredLeaf, validationTime: .now, now: { 1_770_000_000_000 })
+        expectRejected(.certificateNotValidAtTime) { () throws(VerificationError) in _ = try online.verify(jws) }
+        let onlineEarly = Fixtures.verifier(expiredLeaf, validationTime: .now, now: { 1_750_000_000_000 })
+        _ = try onlineEarly.verify(jws)
+    }
+}
+
+@Suite struct PolicyConfiguration {
+    @Test func productionWithoutAppAppleIdIsAConfigurationError() throws {
+        #expect(throws: PolicyError.self) {
+            try Fixtures.pki.policy(appAppleId: nil, environments: [.production])
+        }
+        do {
+            _ = try Fixtures.pki.policy(appAppleId: nil, environments: [.production, .sandbox])
+            Issue.record("expected a PolicyError")
+        } catch {
+            #expect(error.message.contains("appAppleId"))
+        }
+        _ = try Fixtures.pki.policy(appAppleId: nil, environments: [.sandbox])
+    }
+
+    @Test func unsignedEnvironmentsNeedTheDevelopmentOption() throws {
+        #expect(throws: PolicyError.self) { try Fixtures.pki.policy(environments: [.xcode]) }
+        _ = try Fixtures.pki.policy(environments: [.xcode], allowUnsignedEnvironments: true)
+    }
+
+    @Test func rootsLoadFromDERAndPEM() throws {
+        let der = try TrustedRoot.load(derOrPEM: Fixtures.pki.rootDER)
+        let pem = try TrustedRoot.load(derOrPEM: Array(Fixtures.pki.rootPEM.utf8))
+        #expect(der.count == 1 && pem.count == 1)
+        #expect(der[0].fingerprint == pem[0].fingerprint)
+        #expect(throws: PolicyError.self) { try TrustedRoot.load(derOrPEM: Array("not a certificate".utf8)) }
+    }
+
+    @Test func severalRootsAreAccepted() throws {
+        let other = try TestPKI()
+        let policy = try VerificationPolicy(
+            rootDERs: [other.rootDER, Fixtures.pki.rootDER], bundleId: Fixtures.bundleId, appAppleId: Fixtures.appAppleId,
+            environments: [.sandbox])
+        let v = SignedDataVerifier(policy: policy)
+        _ = try v.verify(Fixtures.pki.sign(Fixtures.transaction()))
+        _ = try v.verify(other.sign(Fixtures.transaction()))
+    }
+}

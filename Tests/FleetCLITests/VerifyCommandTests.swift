@@ -1,0 +1,148 @@
+import AppStoreVerification
+import Foundation
+import FleetTestPKI
+import Testing
+
+/// `fleet verify` end to end through the built executable.
+enum FleetExecutable {
+    static let repoRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent()
+
+    /// `.build/debug/fleet` next to the test bundle (or in the repository's .build/debug).
+    static var url: URL? {
+        var candidates: [URL] = []
+        let testBinary = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
+        var dir = testBinary.deletingLastPathComponent()
+        for _ in 0..<4 {
+            candidates.append(dir.appendingPathComponent("fleet"))
+            dir = dir.deletingLastPathComponent()
+        }
+        candidates.append(repoRoot.appendingPathComponent(".build/debug/fleet"))
+        return candidates.first { FileManager.default.isExecutableFile(atPath: $0.path) }
+    }
+
+    struct Output {
+        var status: Int32
+        var stdout: String
+        var stderr: String
+        var lines: [JSONValue] {
+            stdout.split(separator: "\n").compactMap { try? JSONValue.parse(String($0)) }
+        }
+    }
+
+    static func run(_ args: [String], stdin: String? = nil) throws -> Output {
+        guard let url else {
+            throw CocoaError(.fileNoSuchFile, userInfo: [NSLocalizedDescriptionKey: "fleet executable not built (run swift build --build-tests)"])
+        }
+        let p = Process()
+        p.executableURL = url
+        p.arguments = args
+        let out = Pipe(), err = Pipe(), input = Pipe()
+        p.standardOutput = out
+        p.standardError = err
+        p.standardInput = input
+        try p.run()
+        if let stdin { input.fileHandleForWriting.write(Data(stdin.utf8)) }
+        try input.fileHandleForWriting.close()
+        let o = out.fileHandleForReading.readDataToEndOfFile()
+        let e = err.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        return Output(status: p.terminationStatus, stdout: String(decoding: o, as: UTF8.self), stderr: String(decoding: e, as: UTF8.self))
+    }
+}
+
+@Suite(.serialized) struct FleetVerifyEndToEnd {
+    let pki: TestPKI
+    let dir: URL
+    let t0: Int64 = 1_748_736_000_000
+
+    init() throws {
+        pki = try TestPKI()
+        dir = FileManager.default.temporaryDirectory.appendingPathComponent("fleet-verify-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        try Data(pki.rootDER).write(to: dir.appendingPathComponent("root.der"))
+        try Data(pki.rootPEM.utf8).write(to: dir.appendingPathComponent("root.pem"))
+    }
+
+    func path(_ name: String) -> String { dir.appendingPathComponent(name).path }
+
+    @Test func mixedInputsGiveOneVerdictPerLineInOrder() throws {
+        let tx = TestPayloads.transaction(transactionId: "1000000000000001", purchaseDate: t0 - 1000, signedDate: t0)
+        let renewal = TestPayloads.renewalInfo(originalTransactionId: "1000000000000001", signedDate: t0)
+        let note = pki.signNotification(type: .didRenew, transaction: tx, renewal: renewal, signedDate: t0)
+        let forged = try TestPKI.forged().sign(tx)
+        let lines = [
+            pki.sign(tx),
+            JSONValue.object(["signedPayload": .string(note)]).serialized(),
+            "this is not a JWS",
+            "",
+            "MIIT" + Base64.encodeStandard([UInt8](repeating: 7, count: 300)),
+            forged,
+            pki.sign(TestPayloads.transaction(purchaseDate: t0, bundleId: "com.other", signedDate: t0)),
+            pki.sign(TestPayloads.appTransaction(receiptCreationDate: t0)),
+        ]
+        try Data((lines.joined(separator: "\n") + "\n").utf8).write(to: dir.appendingPathComponent("in.txt"))
+        let r = try FleetExecutable.run([
+            "verify", "--root-certificate", path("root.der"), "--bundle-id", TestPayloads.bundleId,
+            "--environment", "Sandbox", path("in.txt"),
+        ])
+        #expect(r.status == 0, "stderr: \(r.stderr)")
+        let out = r.lines
+        #expect(out.count == 7)
+        guard out.count == 7 else { return }
+        #expect(out[0]["verdict"] == "verified")
+        #expect(out[0]["kind"] == "transaction")
+        #expect(out[0]["payload"]?["transactionId"] == "1000000000000001")
+        #expect(out[1]["verdict"] == "verified")
+        #expect(out[1]["kind"] == "notification")
+        #expect(out[1]["payload"]?["data"]?["signedTransactionInfo"]?["transactionId"] == "1000000000000001")
+        #expect(out[1]["payload"]?["data"]?["signedRenewalInfo"]?["originalTransactionId"] == "1000000000000001")
+        #expect(out[2]["verdict"] == "rejected")
+        #expect(out[2]["reason"] == "MALFORMED_JWS")
+        #expect(out[2]["detail"]?.stringValue?.isEmpty == false)
+        #expect(out[3]["reason"] == "LEGACY_RECEIPT_UNSUPPORTED")
+        #expect(out[4]["reason"] == "UNTRUSTED_CHAIN")
+        #expect(out[5]["reason"] == "WRONG_BUNDLE_ID")
+        #expect(out[6]["kind"] == "appTransaction")
+    }
+
+    @Test func readsStdinAndPEMRoots() throws {
+        let jws = pki.sign(TestPayloads.transaction(purchaseDate: t0, signedDate: t0))
+        let r = try FleetExecutable.run(
+            ["verify", "--root-certificate", path("root.pem"), "--bundle-id", TestPayloads.bundleId, "--environment", "Sandbox", "-"],
+            stdin: jws + "\n" + jws + "\n")
+        #expect(r.status == 0, "stderr: \(r.stderr)")
+        #expect(r.lines.map { $0["verdict"] } == ["verified", "verified"])
+    }
+
+    @Test func productionWithoutAppAppleIdIsAUsageError() throws {
+        let r = try FleetExecutable.run([
+            "verify", "--root-certificate", path("root.der"), "--bundle-id", "x", "--environment", "Production",
+        ], stdin: "")
+        #expect(r.status == 2)
+        #expect(r.stderr.contains("appAppleId") || r.stderr.contains("app-apple-id"))
+        #expect(r.stdout.isEmpty)
+    }
+
+    @Test func unreadableRootIsAUsageError() throws {
+        let r = try FleetExecutable.run([
+            "verify", "--root-certificate", path("missing.der"), "--bundle-id", "x", "--environment", "Sandbox",
+        ], stdin: "")
+        #expect(r.status == 2)
+        #expect(r.stderr.contains("missing.der"))
+        let garbage = path("garbage.der")
+        try Data("not a certificate".utf8).write(to: URL(fileURLWithPath: garbage))
+        let r2 = try FleetExecutable.run([
+            "verify", "--root-certificate", garbage, "--bundle-id", "x", "--environment", "Sandbox",
+        ], stdin: "")
+        #expect(r2.status == 2)
+    }
+
+    @Test func missingArgumentsAreAUsageError() throws {
+        let r = try FleetExecutable.run(["verify", "--environment", "Sandbox"], stdin: "")
+        #expect(r.status == 2)
+        #expect(r.stderr.contains("--bundle-id"))
+        let r2 = try FleetExecutable.run(["verify", "--root-certificate", path("root.der"), "--bundle-id", "x", "--environment", "Staging"], stdin: "")
+        #expect(r2.status == 2)
+    }
+}
