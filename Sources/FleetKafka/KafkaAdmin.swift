@@ -12,6 +12,28 @@ public struct PartitionLag: Sendable, Hashable, Codable {
     /// `highWatermark - committedOffset`; without a committed offset, `highWatermark - lowWatermark` (everything
     /// retained is unconsumed, as with `auto.offset.reset=earliest`).
     public var lag: Int64
+
+    public init(topic: String, partition: Int32, committedOffset: Int64?, lowWatermark: Int64, highWatermark: Int64, lag: Int64) {
+        self.topic = topic
+        self.partition = partition
+        self.committedOffset = committedOffset
+        self.lowWatermark = lowWatermark
+        self.highWatermark = highWatermark
+        self.lag = lag
+    }
+
+    private enum CodingKeys: String, CodingKey { case topic, partition, committedOffset, lowWatermark, highWatermark, lag }
+
+    /// Encodes a missing committed offset as an explicit `null`.
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(topic, forKey: .topic)
+        try c.encode(partition, forKey: .partition)
+        try c.encode(committedOffset, forKey: .committedOffset)
+        try c.encode(lowWatermark, forKey: .lowWatermark)
+        try c.encode(highWatermark, forKey: .highWatermark)
+        try c.encode(lag, forKey: .lag)
+    }
 }
 
 extension Array where Element == PartitionLag {

@@ -5,6 +5,9 @@ struct Fleet: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "fleet",
         abstract: "entitlement-fleet: verify App Store JWS from Kafka and maintain entitlements in PostgreSQL.",
-        subcommands: [Verify.self, Worker.self, Tail.self, Demo.self, Bench.self]
+        subcommands: [
+            Verify.self, Worker.self, Tail.self, Demo.self, Bench.self,
+            DevKafka.self, Publish.self, Lag.self, Consume.self,
+        ]
     )
 }
