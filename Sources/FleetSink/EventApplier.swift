@@ -1,0 +1,693 @@
+import AppStoreVerification
+import EntitlementDomain
+import Foundation
+import Logging
+import PostgresNIO
+
+/// What one batch did.
+public struct ApplyOutcome: Sendable, Equatable {
+    public var applied = 0
+    public var stale = 0
+    /// Events whose `eventId` was already stored (redelivery), plus new events for a fact already recorded
+    /// (a consumable credited once, a refund already debited).
+    public var duplicate = 0
+    /// Rows inserted or updated, per table.
+    public var rowsWritten: [String: Int] = [:]
+
+    public init() {}
+
+    /// The status written for each new event, by eventId (redelivered events are absent).
+    public var statuses: [String: EventStatus] = [:]
+}
+
+public enum EventStatus: String, Sendable {
+    case applied, stale, duplicate
+}
+
+/// Writes batches of verified entitlement events to PostgreSQL: one database transaction per batch, multi-row
+/// statements (`INSERT ... SELECT FROM unnest($1::text[], ...)` with whole columns bound as arrays), idempotent by
+/// eventId, notificationUUID and (environment, transactionId[, signedDate]).
+///
+/// Ordering (entitlement-mapping.md, "Ordering and idempotency"): within a batch events are applied in signedDate
+/// order; an event signed before what an entitlement last applied is recorded as `stale` and changes nothing.
+/// The state machine runs in Swift over the current rows read under per-key advisory locks (so two sinks working on
+/// the same subject serialize), then the resulting rows are written set-based.
+///
+/// Nothing written depends on the wall clock except `notifications.applied_at`, which is written once (a
+/// redelivery never updates a row), so replaying a stream leaves every table byte-for-byte unchanged.
+public struct EventApplier: Sendable {
+    public init() {}
+
+    public func apply(
+        _ events: [EntitlementEvent], connection: PostgresConnection, logger: Logger
+    ) async throws -> ApplyOutcome {
+        if events.isEmpty { return ApplyOutcome() }
+        let plan = BatchPlan(events: events)
+        return try await connection.withTransaction(logger: logger) { tx in
+            try await plan.execute(on: tx, logger: logger)
+        }
+    }
+}
+
+// MARK: - Entitlement and ledger state (Swift side of the state machine)
+
+struct EntitlementKey: Hashable {
+    var environment: String
+    var subject: String
+    var entitlement: String
+}
+
+struct EntitlementRow {
+    var active: Bool
+    var productId: String?
+    var originalTransactionId: String?
+    var transactionId: String?
+    var validFrom: Int64?
+    var validUntil: Int64?
+    var revokedAt: Int64?
+    var revocationReason: String?
+    var lastSignedDate: Int64
+    var lastEventId: String
+    var lastKind: String
+    var lastEffect: String
+    var updatedAt: Int64
+}
+
+struct LedgerKey: Hashable {
+    var environment: String
+    var transactionId: String
+}
+
+struct LedgerEntry {
+    var entry: String  // credit | debit | recredit
+    var revocationKey: String
+    /// Amount x 100000 (exact: revocationPercentage is in thousandths of a percent).
+    var scaledAmount: Int64
+    var signedDate: Int64
+    var subject: String
+    var productId: String?
+    var originalTransactionId: String?
+    var eventId: String
+}
+
+struct LedgerState {
+    var entries: [LedgerEntry] = []
+    /// The latest signedDate of any RESTORE seen for the transaction (stored or in this batch).
+    var latestRestore: Int64?
+}
+
+extension EntitlementEvent {
+    var isConsumable: Bool { productType == "Consumable" }
+
+    var entitlementKey: EntitlementKey? {
+        guard !isConsumable, let subject, let name = entitlement ?? productId else { return nil }
+        return EntitlementKey(environment: environment, subject: subject, entitlement: name)
+    }
+
+    var ledgerKey: LedgerKey? {
+        guard isConsumable, let transactionId else { return nil }
+        return LedgerKey(environment: environment, transactionId: transactionId)
+    }
+
+    /// Units moved by a consumable credit / debit / re-credit (catalogue units x quantity, else the quantity).
+    var ledgerUnits: Int64 { Int64(units ?? quantity ?? 1) }
+}
+
+/// Everything a batch needs, prepared before the transaction starts.
+struct BatchPlan: Sendable {
+    let events: [EntitlementEvent]
+
+    init(events: [EntitlementEvent]) {
+        // Stable order by signedDate: within a key, events apply in signing order; ties keep delivery order.
+        self.events = events.enumerated()
+            .sorted { ($0.element.signedDate, $0.offset) < ($1.element.signedDate, $1.offset) }
+            .map(\.element)
+    }
+
+    func execute(on tx: PostgresConnection, logger: Logger) async throws -> ApplyOutcome {
+        var outcome = ApplyOutcome()
+
+        // 1. Serialize with other sinks on every entitlement / consumable key of the batch.
+        var lockNames = Set<String>()
+        for event in events {
+            if let k = event.entitlementKey { lockNames.insert("E\u{1}\(k.environment)\u{1}\(k.subject)\u{1}\(k.entitlement)") }
+            if let k = event.ledgerKey { lockNames.insert("L\u{1}\(k.environment)\u{1}\(k.transactionId)") }
+        }
+        if !lockNames.isEmpty {
+            var b = ColumnBinds()
+            let names = b.add(Array(lockNames))
+            try await tx.query(b.query("""
+                SELECT count(pg_advisory_xact_lock(h)) FROM (
+                    SELECT DISTINCT hashtextextended(k, 0) AS h FROM unnest(\(names)::text[]) AS k ORDER BY 1
+                ) AS keys
+                """), logger: logger)
+        }
+
+        // 2. Redelivered events.
+        var known = Set<String>()
+        do {
+            var b = ColumnBinds()
+            let ids = b.add(events.map(\.eventId))
+            let rows = try await tx.query(b.query(
+                "SELECT event_id FROM entitlement_events WHERE event_id = ANY(\(ids)::text[])"), logger: logger)
+            for try await id in rows.decode(String.self) { known.insert(id) }
+        }
+        var fresh: [EntitlementEvent] = []
+        for event in events where !known.contains(event.eventId) {
+            known.insert(event.eventId)  // a second copy inside the same batch is a duplicate too
+            fresh.append(event)
+        }
+        outcome.duplicate = events.count - fresh.count
+        if fresh.isEmpty { return outcome }
+
+        // 3. Current entitlement rows and ledger entries for the keys touched.
+        var entitlements = try await loadEntitlements(keys: Set(fresh.compactMap(\.entitlementKey)), tx: tx, logger: logger)
+        var ledgers = try await loadLedgers(keys: Set(fresh.compactMap(\.ledgerKey)), tx: tx, logger: logger)
+        let loadedLedgerCounts = ledgers.mapValues(\.entries.count)
+
+        // 4. The state machine.
+        var statuses: [EntitlementEffectiveStatus] = []
+        var changedKeys = Set<EntitlementKey>()
+        for event in fresh {
+            let status: EventStatus
+            if let key = event.entitlementKey {
+                status = Self.applyEntitlement(event, current: &entitlements[key])
+                if status == .applied, event.effect.changesAccess { changedKeys.insert(key) }
+            } else if let key = event.ledgerKey {
+                status = Self.applyLedger(event, state: &ledgers[key, default: LedgerState()])
+            } else {
+                status = .applied  // nothing keyed to change (TEST, summaries, app transactions): recorded
+            }
+            statuses.append(EntitlementEffectiveStatus(event: event, status: status))
+            outcome.statuses[event.eventId] = status
+            switch status {
+            case .applied: outcome.applied += 1
+            case .stale: outcome.stale += 1
+            case .duplicate: outcome.duplicate += 1
+            }
+        }
+
+        // 5. Writes.
+        outcome.rowsWritten["notifications"] = try await writeNotifications(fresh, tx: tx, logger: logger)
+        let (versions, current) = try await writeTransactions(fresh, tx: tx, logger: logger)
+        outcome.rowsWritten["transaction_versions"] = versions
+        outcome.rowsWritten["transactions"] = current
+        outcome.rowsWritten["entitlement_events"] = try await writeEvents(statuses, tx: tx, logger: logger)
+        let changedRows = changedKeys.compactMap { key in entitlements[key].map { (key, $0) } }
+        outcome.rowsWritten["entitlements"] = try await writeEntitlements(changedRows, tx: tx, logger: logger)
+        var newEntries: [(LedgerKey, LedgerEntry)] = []
+        for (key, state) in ledgers {
+            for entry in state.entries.dropFirst(loadedLedgerCounts[key] ?? 0) { newEntries.append((key, entry)) }
+        }
+        outcome.rowsWritten["consumable_ledger"] = try await writeLedger(newEntries, tx: tx, logger: logger)
+        return outcome
+    }
+
+    // MARK: state machine
+
+    /// GRANT starts a window, EXTEND moves valid_until later (and resumes access), REVOKE ends access (keeping the
+    /// window so RESTORE can undo it), RESTORE undoes a revoke, STATE/INFO never change access. An event signed
+    /// before the last applied one is stale.
+    static func applyEntitlement(_ e: EntitlementEvent, current row: inout EntitlementRow?) -> EventStatus {
+        if let existing = row, e.signedDate < existing.lastSignedDate { return .stale }
+        guard e.effect.changesAccess else { return .applied }
+        var next = row ?? EntitlementRow(
+            active: false, productId: nil, originalTransactionId: nil, transactionId: nil, validFrom: e.validFrom,
+            validUntil: e.validUntil, revokedAt: nil, revocationReason: nil, lastSignedDate: e.signedDate,
+            lastEventId: e.eventId, lastKind: e.kind, lastEffect: e.effect.rawValue, updatedAt: e.verifiedAt)
+        let existed = row != nil
+        switch e.effect {
+        case .grant:
+            next.active = true
+            next.validFrom = e.validFrom
+            next.validUntil = e.validUntil
+            next.revokedAt = nil
+            next.revocationReason = nil
+        case .extend, .restore:
+            next.active = true
+            if existed {
+                next.validFrom = next.validFrom ?? e.validFrom
+                next.validUntil = laterEnd(next.validUntil, e.validUntil, existed: existed)
+            }
+            next.revokedAt = nil
+            next.revocationReason = nil
+        case .revoke:
+            next.active = false
+            next.revokedAt = e.revocationDate ?? e.validUntil ?? e.signedDate
+            next.revocationReason = e.reason ?? e.kind
+        case .state, .info:
+            return .applied
+        }
+        next.productId = e.productId ?? next.productId
+        next.originalTransactionId = e.originalTransactionId ?? next.originalTransactionId
+        next.transactionId = e.transactionId ?? next.transactionId
+        next.lastSignedDate = max(next.lastSignedDate, e.signedDate)
+        next.lastEventId = e.eventId
+        next.lastKind = e.kind
+        next.lastEffect = e.effect.rawValue
+        next.updatedAt = e.verifiedAt
+        row = next
+        return .applied
+    }
+
+    /// valid_until only moves later; nil means "no end" (non-consumables) and wins.
+    static func laterEnd(_ current: Int64?, _ incoming: Int64?, existed: Bool) -> Int64? {
+        guard let incoming else { return current }
+        guard let current else { return existed ? nil : incoming }
+        return max(current, incoming)
+    }
+
+    /// One credit per (environment, transactionId); one debit per (environment, transactionId, revocation);
+    /// a re-credit per debit on REFUND_REVERSED. A refund signed before an already-seen reversal is stale.
+    static func applyLedger(_ e: EntitlementEvent, state: inout LedgerState) -> EventStatus {
+        let subject = e.subject ?? e.originalTransactionId ?? e.transactionId ?? ""
+        func entry(_ kind: String, _ key: String, _ amount: Int64) -> LedgerEntry {
+            LedgerEntry(
+                entry: kind, revocationKey: key, scaledAmount: amount, signedDate: e.signedDate, subject: subject,
+                productId: e.productId, originalTransactionId: e.originalTransactionId, eventId: e.eventId)
+        }
+        switch e.effect {
+        case .grant, .extend:
+            if state.entries.contains(where: { $0.entry == "credit" }) { return .duplicate }
+            state.entries.append(entry("credit", "", e.ledgerUnits * 100_000))
+            return .applied
+        case .revoke:
+            let key = String(e.revocationDate ?? e.signedDate)
+            if state.entries.contains(where: { $0.entry == "debit" && $0.revocationKey == key }) { return .duplicate }
+            if let restored = state.latestRestore, restored > e.signedDate { return .stale }
+            let percentage = Int64(max(0, min(100_000, e.revocationPercentage ?? 100_000)))
+            state.entries.append(entry("debit", key, -(e.ledgerUnits * percentage)))
+            return .applied
+        case .restore:
+            state.latestRestore = max(state.latestRestore ?? e.signedDate, e.signedDate)
+            let recredited = Set(state.entries.filter { $0.entry == "recredit" }.map(\.revocationKey))
+            let debits = state.entries.filter { $0.entry == "debit" && $0.signedDate <= e.signedDate }
+            guard let debit = debits.filter({ !recredited.contains($0.revocationKey) })
+                .max(by: { ($0.signedDate, $0.revocationKey) < ($1.signedDate, $1.revocationKey) })
+            else {
+                return debits.isEmpty ? .stale : .duplicate
+            }
+            state.entries.append(entry("recredit", debit.revocationKey, -debit.scaledAmount))
+            return .applied
+        case .state, .info:
+            return .applied
+        }
+    }
+
+    // MARK: reads
+
+    private func loadEntitlements(
+        keys: Set<EntitlementKey>, tx: PostgresConnection, logger: Logger
+    ) async throws -> [EntitlementKey: EntitlementRow] {
+        guard !keys.isEmpty else { return [:] }
+        let list = Array(keys)
+        var b = ColumnBinds()
+        let env = b.add(list.map(\.environment))
+        let subject = b.add(list.map(\.subject))
+        let name = b.add(list.map(\.entitlement))
+        let rows = try await tx.query(b.query("""
+            SELECT e.environment, e.subject, e.entitlement, e.active, e.product_id, e.original_transaction_id,
+                   e.transaction_id, \(ms("e.valid_from")), \(ms("e.valid_until")), \(ms("e.revoked_at")),
+                   e.revocation_reason, e.last_signed_date_ms, e.last_event_id, e.last_kind, e.last_effect,
+                   \(ms("e.updated_at"))
+            FROM entitlements e
+            JOIN unnest(\(env)::text[], \(subject)::text[], \(name)::text[]) AS k(environment, subject, entitlement)
+              USING (environment, subject, entitlement)
+            """), logger: logger)
+        var result: [EntitlementKey: EntitlementRow] = [:]
+        for try await row in rows {
+            let (environment, subject, entitlement, active, productId, original, transaction) =
+                try row.decode((String, String, String, Bool, String?, String?, String?).self)
+            let r = row.makeRandomAccess()
+            result[EntitlementKey(environment: environment, subject: subject, entitlement: entitlement)] = EntitlementRow(
+                active: active, productId: productId, originalTransactionId: original, transactionId: transaction,
+                validFrom: try r[7].decode(Int64?.self), validUntil: try r[8].decode(Int64?.self),
+                revokedAt: try r[9].decode(Int64?.self), revocationReason: try r[10].decode(String?.self),
+                lastSignedDate: try r[11].decode(Int64.self), lastEventId: try r[12].decode(String.self),
+                lastKind: try r[13].decode(String.self), lastEffect: try r[14].decode(String.self),
+                updatedAt: try r[15].decode(Int64.self))
+        }
+        return result
+    }
+
+    private func loadLedgers(
+        keys: Set<LedgerKey>, tx: PostgresConnection, logger: Logger
+    ) async throws -> [LedgerKey: LedgerState] {
+        guard !keys.isEmpty else { return [:] }
+        let list = Array(keys)
+        var b = ColumnBinds()
+        let env = b.add(list.map(\.environment))
+        let txn = b.add(list.map(\.transactionId))
+        var result: [LedgerKey: LedgerState] = [:]
+        let rows = try await tx.query(b.query("""
+            SELECT l.environment, l.transaction_id, l.entry, l.revocation_key, (l.amount * 100000)::bigint,
+                   l.signed_date_ms, l.subject, l.product_id, l.original_transaction_id, l.event_id
+            FROM consumable_ledger l
+            JOIN unnest(\(env)::text[], \(txn)::text[]) AS k(environment, transaction_id)
+              USING (environment, transaction_id)
+            ORDER BY l.signed_date_ms, l.entry, l.revocation_key
+            """), logger: logger)
+        for try await (environment, transactionId, entry, key, amount, signed, subject, product, original, eventId)
+            in rows.decode((String, String, String, String, Int64, Int64, String, String?, String?, String).self)
+        {
+            result[LedgerKey(environment: environment, transactionId: transactionId), default: LedgerState()]
+                .entries.append(LedgerEntry(
+                    entry: entry, revocationKey: key, scaledAmount: amount, signedDate: signed, subject: subject,
+                    productId: product, originalTransactionId: original, eventId: eventId))
+        }
+        let restores = try await tx.query(b.query("""
+            SELECT ev.environment, ev.transaction_id, max(ev.signed_date_ms)
+            FROM entitlement_events ev
+            JOIN unnest(\(env)::text[], \(txn)::text[]) AS k(environment, transaction_id)
+              USING (environment, transaction_id)
+            WHERE ev.effect = 'RESTORE' AND ev.product_type = 'Consumable'
+            GROUP BY ev.environment, ev.transaction_id
+            """), logger: logger)
+        for try await (environment, transactionId, signed) in restores.decode((String, String, Int64).self) {
+            result[LedgerKey(environment: environment, transactionId: transactionId), default: LedgerState()]
+                .latestRestore = signed
+        }
+        return result
+    }
+
+    private func ms(_ column: String) -> String { "(extract(epoch FROM \(column)) * 1000)::bigint" }
+
+    // MARK: writes
+
+    private func count(_ rows: PostgresRowSequence) async throws -> Int {
+        var total = 0
+        for try await n in rows.decode(Int64.self) { total += Int(n) }
+        return total
+    }
+
+    private func writeNotifications(_ events: [EntitlementEvent], tx: PostgresConnection, logger: Logger) async throws -> Int {
+        var seen = Set<String>()
+        var picked: [(EntitlementEvent, EventNotification)] = []
+        for event in events {
+            guard let n = event.notification, seen.insert(n.uuid).inserted else { continue }
+            picked.append((event, n))
+        }
+        guard !picked.isEmpty else { return 0 }
+        // received_at: the earliest verification time of that notification within the batch.
+        var received: [String: Int64] = [:]
+        for event in events { if let n = event.notification { received[n.uuid] = min(received[n.uuid] ?? .max, event.verifiedAt) } }
+        var b = ColumnBinds()
+        let uuid = b.add(picked.map(\.1.uuid))
+        let env = b.add(picked.map(\.0.environment))
+        let type = b.add(picked.map(\.1.type))
+        let subtype = b.add(picked.map(\.1.subtype))
+        let version = b.add(picked.map(\.1.version))
+        let bundle = b.add(picked.map(\.0.bundleId))
+        let appAppleId = b.add(picked.map(\.0.appAppleId))
+        let original = b.add(picked.map(\.0.originalTransactionId))
+        let transaction = b.add(picked.map(\.0.transactionId))
+        let signed = b.add(picked.map(\.1.signedDate))
+        let payload = b.add(picked.map { Self.notificationPayload($0.0, $0.1) })
+        let topic = b.add(picked.map(\.0.source.topic))
+        let partition = b.add(picked.map(\.0.source.partition))
+        let offset = b.add(picked.map(\.0.source.offset))
+        let receivedAt = b.add(picked.map { received[$0.1.uuid] ?? $0.0.verifiedAt })
+        return try await count(tx.query(b.query("""
+            WITH ins AS (
+                INSERT INTO notifications (notification_uuid, environment, notification_type, subtype, version,
+                    bundle_id, app_apple_id, original_transaction_id, transaction_id, signed_date, signed_date_ms,
+                    payload, source_topic, source_partition, source_offset, received_at, applied_at)
+                SELECT u, env, t, st, v, bu, aai, ot, tr, fleet_ms(sd), sd, p::jsonb, tp, pa, o, fleet_ms(ra), now()
+                FROM unnest(\(uuid)::text[], \(env)::text[], \(type)::text[], \(subtype)::text[], \(version)::text[],
+                            \(bundle)::text[], \(appAppleId)::bigint[], \(original)::text[], \(transaction)::text[],
+                            \(signed)::bigint[], \(payload)::text[], \(topic)::text[], \(partition)::integer[],
+                            \(offset)::bigint[], \(receivedAt)::bigint[])
+                     AS x(u, env, t, st, v, bu, aai, ot, tr, sd, p, tp, pa, o, ra)
+                ON CONFLICT (notification_uuid) DO NOTHING
+                RETURNING 1
+            ) SELECT count(*) FROM ins
+            """), logger: logger))
+    }
+
+    /// The decoded notification as stored in `notifications.payload`: the envelope fields and the verified
+    /// transaction / renewal info / app transaction / extras carried by the event.
+    static func notificationPayload(_ e: EntitlementEvent, _ n: EventNotification) -> String {
+        var o: [String: JSONValue] = [
+            "notificationUUID": .string(n.uuid), "notificationType": .string(n.type), "signedDate": .integer(n.signedDate),
+            "environment": .string(e.environment),
+        ]
+        if let s = n.subtype { o["subtype"] = .string(s) }
+        if let v = n.version { o["version"] = .string(v) }
+        if let b = e.bundleId { o["bundleId"] = .string(b) }
+        if let a = e.appAppleId { o["appAppleId"] = .integer(a) }
+        if let t = e.transaction { o["transaction"] = t }
+        if let r = e.renewalInfo { o["renewalInfo"] = r }
+        if let a = e.appTransaction { o["appTransaction"] = a }
+        if let d = e.details { o["details"] = d }
+        return jsonText(.object(o)) ?? "{}"
+    }
+
+    static func jsonText(_ value: JSONValue?) -> String? {
+        guard let value else { return nil }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+        guard let data = try? encoder.encode(value) else { return nil }
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    private func writeTransactions(
+        _ events: [EntitlementEvent], tx: PostgresConnection, logger: Logger
+    ) async throws -> (Int, Int) {
+        struct Version {
+            var environment: String, transactionId: String, signedDate: Int64, json: JSONValue, eventId: String
+        }
+        var seen = Set<String>()
+        var versions: [Version] = []
+        for event in events {
+            guard let json = event.transaction,
+                  let transactionId = json["transactionId"]?.stringValue ?? event.transactionId else { continue }
+            let signed = json["signedDate"]?.int64Value ?? event.signedDate
+            guard seen.insert("\(event.environment)\u{1}\(transactionId)\u{1}\(signed)").inserted else { continue }
+            versions.append(Version(
+                environment: event.environment, transactionId: transactionId, signedDate: signed, json: json,
+                eventId: event.eventId))
+        }
+        guard !versions.isEmpty else { return (0, 0) }
+        func str(_ k: String) -> [String?] { versions.map { $0.json[k]?.stringValue } }
+        func int(_ k: String) -> [Int64?] { versions.map { $0.json[k]?.int64Value } }
+        func int32(_ k: String) -> [Int32?] { versions.map { $0.json[k]?.int64Value.flatMap { Int32(exactly: $0) } } }
+        var b = ColumnBinds()
+        let env = b.add(versions.map(\.environment))
+        let txn = b.add(versions.map(\.transactionId))
+        let signed = b.add(versions.map(\.signedDate))
+        let original = b.add(str("originalTransactionId"))
+        let webOrder = b.add(str("webOrderLineItemId"))
+        let bundle = b.add(str("bundleId"))
+        let product = b.add(str("productId"))
+        let type = b.add(str("type"))
+        let token = b.add(str("appAccountToken"))
+        let ownership = b.add(str("inAppOwnershipType"))
+        let quantity = b.add(int32("quantity"))
+        let purchase = b.add(int("purchaseDate"))
+        let originalPurchase = b.add(int("originalPurchaseDate"))
+        let expires = b.add(int("expiresDate"))
+        let revocation = b.add(int("revocationDate"))
+        let revocationReason = b.add(int32("revocationReason"))
+        let revocationType = b.add(str("revocationType"))
+        let percentage = b.add(int32("revocationPercentage"))
+        let upgraded = b.add(versions.map { $0.json["isUpgraded"]?.boolValue })
+        let payload = b.add(versions.map { Self.jsonText($0.json) ?? "{}" })
+        let eventId = b.add(versions.map(\.eventId))
+        let columns = """
+            environment, transaction_id, signed_date_ms, signed_date, original_transaction_id, web_order_line_item_id,
+            bundle_id, product_id, product_type, app_account_token, ownership_type, quantity, purchase_date,
+            original_purchase_date, expires_date, revocation_date, revocation_reason, revocation_type,
+            revocation_percentage, is_upgraded, payload, event_id
+            """
+        let select = """
+            env, txn, sd, fleet_ms(sd), ot, wo, bu, pr, ty, tok, own, qty, fleet_ms(pd), fleet_ms(opd), fleet_ms(ex),
+            fleet_ms(rd), rr, rt, rp, up, p::jsonb, ev
+            """
+        let updates = columns.split(separator: ",").map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
+            .filter { $0 != "environment" && $0 != "transaction_id" }
+            .map { "\($0) = EXCLUDED.\($0)" }.joined(separator: ", ")
+        let rows = try await tx.query(b.query("""
+            WITH v AS (
+                SELECT * FROM unnest(\(env)::text[], \(txn)::text[], \(signed)::bigint[], \(original)::text[],
+                    \(webOrder)::text[], \(bundle)::text[], \(product)::text[], \(type)::text[], \(token)::text[],
+                    \(ownership)::text[], \(quantity)::integer[], \(purchase)::bigint[], \(originalPurchase)::bigint[],
+                    \(expires)::bigint[], \(revocation)::bigint[], \(revocationReason)::integer[],
+                    \(revocationType)::text[], \(percentage)::integer[], \(upgraded)::boolean[], \(payload)::text[],
+                    \(eventId)::text[])
+                AS x(env, txn, sd, ot, wo, bu, pr, ty, tok, own, qty, pd, opd, ex, rd, rr, rt, rp, up, p, ev)
+            ), ver AS (
+                INSERT INTO transaction_versions (\(columns))
+                SELECT \(select) FROM v
+                ON CONFLICT (environment, transaction_id, signed_date_ms) DO NOTHING
+                RETURNING 1
+            ), cur AS (
+                INSERT INTO transactions (\(columns))
+                SELECT DISTINCT ON (env, txn) \(select) FROM v ORDER BY env, txn, sd DESC
+                ON CONFLICT (environment, transaction_id) DO UPDATE SET \(updates)
+                WHERE transactions.signed_date_ms < EXCLUDED.signed_date_ms
+                RETURNING 1
+            ) SELECT (SELECT count(*) FROM ver), (SELECT count(*) FROM cur)
+            """), logger: logger)
+        var result = (0, 0)
+        for try await (a, c) in rows.decode((Int64, Int64).self) { result = (Int(a), Int(c)) }
+        return result
+    }
+
+    private func writeEvents(_ items: [EntitlementEffectiveStatus], tx: PostgresConnection, logger: Logger) async throws -> Int {
+        guard !items.isEmpty else { return 0 }
+        let events = items.map(\.event)
+        var b = ColumnBinds()
+        let id = b.add(events.map(\.eventId))
+        let status = b.add(items.map(\.status.rawValue))
+        let env = b.add(events.map(\.environment))
+        let kind = b.add(events.map(\.kind))
+        let effect = b.add(events.map(\.effect.rawValue))
+        let reason = b.add(events.map(\.reason))
+        let subject = b.add(events.map(\.subject))
+        let entitlement = b.add(events.map { $0.entitlement ?? ($0.isConsumable ? nil : $0.productId) })
+        let product = b.add(events.map(\.productId))
+        let productType = b.add(events.map(\.productType))
+        let txn = b.add(events.map(\.transactionId))
+        let original = b.add(events.map(\.originalTransactionId))
+        let webOrder = b.add(events.map(\.webOrderLineItemId))
+        let token = b.add(events.map(\.appAccountToken))
+        let ownership = b.add(events.map(\.ownershipType))
+        let quantity = b.add(events.map { $0.quantity.flatMap { Int32(exactly: $0) } })
+        let units = b.add(events.map { $0.units.flatMap { Int32(exactly: $0) } })
+        let validFrom = b.add(events.map(\.validFrom))
+        let validUntil = b.add(events.map(\.validUntil))
+        let revocation = b.add(events.map(\.revocationDate))
+        let revocationReason = b.add(events.map { $0.revocationReason.flatMap { Int32(exactly: $0) } })
+        let revocationType = b.add(events.map(\.revocationType))
+        let percentage = b.add(events.map { $0.revocationPercentage.flatMap { Int32(exactly: $0) } })
+        let uuid = b.add(events.map { $0.notification?.uuid })
+        let nType = b.add(events.map { $0.notification?.type })
+        let nSubtype = b.add(events.map { $0.notification?.subtype })
+        let signed = b.add(events.map(\.signedDate))
+        let verified = b.add(events.map(\.verifiedAt))
+        let topic = b.add(events.map(\.source.topic))
+        let partition = b.add(events.map(\.source.partition))
+        let offset = b.add(events.map(\.source.offset))
+        let inputKind = b.add(events.map(\.source.inputKind))
+        let renewal = b.add(events.map { Self.jsonText($0.renewalInfo) })
+        let appTransaction = b.add(events.map { Self.jsonText($0.appTransaction) })
+        let details = b.add(events.map { Self.jsonText($0.details) })
+        return try await count(tx.query(b.query("""
+            WITH ins AS (
+                INSERT INTO entitlement_events (event_id, status, environment, kind, effect, reason, subject,
+                    entitlement, product_id, product_type, transaction_id, original_transaction_id,
+                    web_order_line_item_id, app_account_token, ownership_type, quantity, units, valid_from,
+                    valid_until, revocation_date, revocation_reason, revocation_type, revocation_percentage,
+                    notification_uuid, notification_type, notification_subtype, signed_date, signed_date_ms,
+                    verified_at, source_topic, source_partition, source_offset, input_kind, renewal_info,
+                    app_transaction, details)
+                SELECT id, st, env, k, ef, r, su, en, pr, pt, tr, ot, wo, tok, own, q, un, fleet_ms(vf), fleet_ms(vu),
+                       fleet_ms(rd), rr, rt, rp, nu, nt, ns, fleet_ms(sd), sd, fleet_ms(va), tp, pa, o, ik,
+                       ri::jsonb, at::jsonb, de::jsonb
+                FROM unnest(\(id)::text[], \(status)::text[], \(env)::text[], \(kind)::text[], \(effect)::text[],
+                    \(reason)::text[], \(subject)::text[], \(entitlement)::text[], \(product)::text[],
+                    \(productType)::text[], \(txn)::text[], \(original)::text[], \(webOrder)::text[], \(token)::text[],
+                    \(ownership)::text[], \(quantity)::integer[], \(units)::integer[], \(validFrom)::bigint[],
+                    \(validUntil)::bigint[], \(revocation)::bigint[], \(revocationReason)::integer[],
+                    \(revocationType)::text[], \(percentage)::integer[], \(uuid)::text[], \(nType)::text[],
+                    \(nSubtype)::text[], \(signed)::bigint[], \(verified)::bigint[], \(topic)::text[],
+                    \(partition)::integer[], \(offset)::bigint[], \(inputKind)::text[], \(renewal)::text[],
+                    \(appTransaction)::text[], \(details)::text[])
+                AS x(id, st, env, k, ef, r, su, en, pr, pt, tr, ot, wo, tok, own, q, un, vf, vu, rd, rr, rt, rp, nu,
+                     nt, ns, sd, va, tp, pa, o, ik, ri, at, de)
+                ON CONFLICT (event_id) DO NOTHING
+                RETURNING 1
+            ) SELECT count(*) FROM ins
+            """), logger: logger))
+    }
+
+    private func writeEntitlements(
+        _ rows: [(EntitlementKey, EntitlementRow)], tx: PostgresConnection, logger: Logger
+    ) async throws -> Int {
+        guard !rows.isEmpty else { return 0 }
+        var b = ColumnBinds()
+        let env = b.add(rows.map(\.0.environment))
+        let subject = b.add(rows.map(\.0.subject))
+        let name = b.add(rows.map(\.0.entitlement))
+        let active = b.add(rows.map(\.1.active))
+        let product = b.add(rows.map(\.1.productId))
+        let original = b.add(rows.map(\.1.originalTransactionId))
+        let txn = b.add(rows.map(\.1.transactionId))
+        let validFrom = b.add(rows.map(\.1.validFrom))
+        let validUntil = b.add(rows.map(\.1.validUntil))
+        let revoked = b.add(rows.map(\.1.revokedAt))
+        let reason = b.add(rows.map(\.1.revocationReason))
+        let signed = b.add(rows.map(\.1.lastSignedDate))
+        let eventId = b.add(rows.map(\.1.lastEventId))
+        let kind = b.add(rows.map(\.1.lastKind))
+        let effect = b.add(rows.map(\.1.lastEffect))
+        let updated = b.add(rows.map(\.1.updatedAt))
+        return try await count(tx.query(b.query("""
+            WITH up AS (
+                INSERT INTO entitlements (environment, subject, entitlement, active, product_id,
+                    original_transaction_id, transaction_id, valid_from, valid_until, revoked_at, revocation_reason,
+                    last_signed_date, last_signed_date_ms, last_event_id, last_kind, last_effect, updated_at)
+                SELECT env, su, en, ac, pr, ot, tr, fleet_ms(vf), fleet_ms(vu), fleet_ms(rv), rr, fleet_ms(sd), sd,
+                       ev, k, ef, fleet_ms(ua)
+                FROM unnest(\(env)::text[], \(subject)::text[], \(name)::text[], \(active)::boolean[],
+                    \(product)::text[], \(original)::text[], \(txn)::text[], \(validFrom)::bigint[],
+                    \(validUntil)::bigint[], \(revoked)::bigint[], \(reason)::text[], \(signed)::bigint[],
+                    \(eventId)::text[], \(kind)::text[], \(effect)::text[], \(updated)::bigint[])
+                AS x(env, su, en, ac, pr, ot, tr, vf, vu, rv, rr, sd, ev, k, ef, ua)
+                ON CONFLICT (environment, subject, entitlement) DO UPDATE SET
+                    active = EXCLUDED.active, product_id = EXCLUDED.product_id,
+                    original_transaction_id = EXCLUDED.original_transaction_id,
+                    transaction_id = EXCLUDED.transaction_id, valid_from = EXCLUDED.valid_from,
+                    valid_until = EXCLUDED.valid_until, revoked_at = EXCLUDED.revoked_at,
+                    revocation_reason = EXCLUDED.revocation_reason, last_signed_date = EXCLUDED.last_signed_date,
+                    last_signed_date_ms = EXCLUDED.last_signed_date_ms, last_event_id = EXCLUDED.last_event_id,
+                    last_kind = EXCLUDED.last_kind, last_effect = EXCLUDED.last_effect,
+                    updated_at = EXCLUDED.updated_at
+                RETURNING 1
+            ) SELECT count(*) FROM up
+            """), logger: logger))
+    }
+
+    private func writeLedger(_ entries: [(LedgerKey, LedgerEntry)], tx: PostgresConnection, logger: Logger) async throws -> Int {
+        guard !entries.isEmpty else { return 0 }
+        var b = ColumnBinds()
+        let env = b.add(entries.map(\.0.environment))
+        let txn = b.add(entries.map(\.0.transactionId))
+        let entry = b.add(entries.map(\.1.entry))
+        let key = b.add(entries.map(\.1.revocationKey))
+        let subject = b.add(entries.map(\.1.subject))
+        let product = b.add(entries.map(\.1.productId))
+        let original = b.add(entries.map(\.1.originalTransactionId))
+        let amount = b.add(entries.map(\.1.scaledAmount))
+        let eventId = b.add(entries.map(\.1.eventId))
+        let signed = b.add(entries.map(\.1.signedDate))
+        return try await count(tx.query(b.query("""
+            WITH ins AS (
+                INSERT INTO consumable_ledger (environment, transaction_id, entry, revocation_key, subject, product_id,
+                    original_transaction_id, amount, event_id, signed_date, signed_date_ms)
+                SELECT env, tr, en, rk, su, pr, ot, trim_scale(am::numeric / 100000), ev, fleet_ms(sd), sd
+                FROM unnest(\(env)::text[], \(txn)::text[], \(entry)::text[], \(key)::text[], \(subject)::text[],
+                    \(product)::text[], \(original)::text[], \(amount)::bigint[], \(eventId)::text[],
+                    \(signed)::bigint[])
+                AS x(env, tr, en, rk, su, pr, ot, am, ev, sd)
+                ON CONFLICT (environment, transaction_id, entry, revocation_key) DO NOTHING
+                RETURNING 1
+            ) SELECT count(*) FROM ins
+            """), logger: logger))
+    }
+}
+
+struct EntitlementEffectiveStatus: Sendable {
+    var event: EntitlementEvent
+    var status: EventStatus
+}
+
+extension EntitlementEffect {
+    /// GRANT / EXTEND / REVOKE / RESTORE change access; STATE / INFO never do.
+    var changesAccess: Bool {
+        switch self {
+        case .grant, .extend, .revoke, .restore: return true
+        case .state, .info: return false
+        }
+    }
+}

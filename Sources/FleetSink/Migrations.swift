@@ -1,0 +1,311 @@
+import Logging
+import PostgresNIO
+
+/// One schema migration: a version, a name and the statements it runs (in one transaction).
+public struct Migration: Sendable {
+    public var version: Int
+    public var name: String
+    public var statements: [String]
+
+    /// A fingerprint of the statements, stored with the version so that an edited, already-applied migration is
+    /// detected instead of silently skipped.
+    var sql: String { statements.joined(separator: ";\n") }
+}
+
+/// The versioned schema of the sink. Table names are part of the product (dashboards and SQL users rely on them);
+/// never edit an applied migration: append a new one.
+///
+/// Time columns are `timestamptz` derived from Apple's milliseconds; the ordering keys are also kept as exact
+/// `bigint` milliseconds (`*_ms`) because every monotonic guard compares them.
+public enum SinkSchema {
+    public static let migrations: [Migration] = [
+        Migration(version: 1, name: "initial schema", statements: [
+            // Apple milliseconds -> timestamptz (exact to the millisecond: to_timestamp rounds to microseconds).
+            """
+            CREATE FUNCTION fleet_ms(ms bigint) RETURNS timestamptz
+                LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+                AS $$ SELECT to_timestamp(ms::double precision / 1000) $$
+            """,
+            // Every notification, once per notificationUUID (seed 001: keep them all so they can be traced later;
+            // originalTransactionId is the parent record, notifications its children).
+            """
+            CREATE TABLE notifications (
+                notification_uuid       text PRIMARY KEY,
+                environment             text NOT NULL,
+                notification_type       text NOT NULL,
+                subtype                 text,
+                version                 text,
+                bundle_id               text,
+                app_apple_id            bigint,
+                original_transaction_id text,
+                transaction_id          text,
+                signed_date             timestamptz NOT NULL,
+                signed_date_ms          bigint NOT NULL,
+                payload                 jsonb NOT NULL,
+                source_topic            text NOT NULL,
+                source_partition        integer NOT NULL,
+                source_offset           bigint NOT NULL,
+                received_at             timestamptz NOT NULL,
+                applied_at              timestamptz NOT NULL
+            )
+            """,
+            "CREATE INDEX notifications_parent ON notifications (environment, original_transaction_id, signed_date_ms)",
+            "CREATE INDEX notifications_type ON notifications (notification_type, subtype, signed_date)",
+            // Transaction facts: every signed version, and the current one per (environment, transactionId).
+            """
+            CREATE TABLE transaction_versions (
+                environment             text NOT NULL,
+                transaction_id          text NOT NULL,
+                signed_date_ms          bigint NOT NULL,
+                signed_date             timestamptz NOT NULL,
+                original_transaction_id text,
+                web_order_line_item_id  text,
+                bundle_id               text,
+                product_id              text,
+                product_type            text,
+                app_account_token       text,
+                ownership_type          text,
+                quantity                integer,
+                purchase_date           timestamptz,
+                original_purchase_date  timestamptz,
+                expires_date            timestamptz,
+                revocation_date         timestamptz,
+                revocation_reason       integer,
+                revocation_type         text,
+                revocation_percentage   integer,
+                is_upgraded             boolean,
+                payload                 jsonb NOT NULL,
+                event_id                text NOT NULL,
+                PRIMARY KEY (environment, transaction_id, signed_date_ms)
+            )
+            """,
+            """
+            CREATE TABLE transactions (
+                environment             text NOT NULL,
+                transaction_id          text NOT NULL,
+                signed_date_ms          bigint NOT NULL,
+                signed_date             timestamptz NOT NULL,
+                original_transaction_id text,
+                web_order_line_item_id  text,
+                bundle_id               text,
+                product_id              text,
+                product_type            text,
+                app_account_token       text,
+                ownership_type          text,
+                quantity                integer,
+                purchase_date           timestamptz,
+                original_purchase_date  timestamptz,
+                expires_date            timestamptz,
+                revocation_date         timestamptz,
+                revocation_reason       integer,
+                revocation_type         text,
+                revocation_percentage   integer,
+                is_upgraded             boolean,
+                payload                 jsonb NOT NULL,
+                event_id                text NOT NULL,
+                PRIMARY KEY (environment, transaction_id)
+            )
+            """,
+            "CREATE INDEX transactions_original ON transactions (environment, original_transaction_id)",
+            // The append-only event log dashboards read.
+            """
+            CREATE TABLE entitlement_events (
+                event_id                text PRIMARY KEY,
+                status                  text NOT NULL CHECK (status IN ('applied', 'stale', 'duplicate')),
+                environment             text NOT NULL,
+                kind                    text NOT NULL,
+                effect                  text NOT NULL,
+                reason                  text,
+                subject                 text,
+                entitlement             text,
+                product_id              text,
+                product_type            text,
+                transaction_id          text,
+                original_transaction_id text,
+                web_order_line_item_id  text,
+                app_account_token       text,
+                ownership_type          text,
+                quantity                integer,
+                units                   integer,
+                valid_from              timestamptz,
+                valid_until             timestamptz,
+                revocation_date         timestamptz,
+                revocation_reason       integer,
+                revocation_type         text,
+                revocation_percentage   integer,
+                notification_uuid       text,
+                notification_type       text,
+                notification_subtype    text,
+                signed_date             timestamptz NOT NULL,
+                signed_date_ms          bigint NOT NULL,
+                verified_at             timestamptz NOT NULL,
+                source_topic            text NOT NULL,
+                source_partition        integer NOT NULL,
+                source_offset           bigint NOT NULL,
+                input_kind              text NOT NULL,
+                renewal_info            jsonb,
+                app_transaction         jsonb,
+                details                 jsonb
+            )
+            """,
+            "CREATE INDEX entitlement_events_subject ON entitlement_events (environment, subject, entitlement, signed_date_ms)",
+            "CREATE INDEX entitlement_events_transaction ON entitlement_events (environment, transaction_id)",
+            "CREATE INDEX entitlement_events_original ON entitlement_events (environment, original_transaction_id)",
+            """
+            CREATE FUNCTION fleet_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                RAISE EXCEPTION '% is append-only', TG_TABLE_NAME;
+            END $$
+            """,
+            """
+            CREATE TRIGGER entitlement_events_append_only BEFORE UPDATE OR DELETE ON entitlement_events
+                FOR EACH ROW EXECUTE FUNCTION fleet_append_only()
+            """,
+            // Current access per (environment, subject, entitlement).
+            """
+            CREATE TABLE entitlements (
+                environment             text NOT NULL,
+                subject                 text NOT NULL,
+                entitlement             text NOT NULL,
+                active                  boolean NOT NULL,
+                product_id              text,
+                original_transaction_id text,
+                transaction_id          text,
+                valid_from              timestamptz,
+                valid_until             timestamptz,
+                revoked_at              timestamptz,
+                revocation_reason       text,
+                last_signed_date        timestamptz NOT NULL,
+                last_signed_date_ms     bigint NOT NULL,
+                last_event_id           text NOT NULL,
+                last_kind               text NOT NULL,
+                last_effect             text NOT NULL,
+                updated_at              timestamptz NOT NULL,
+                PRIMARY KEY (environment, subject, entitlement)
+            )
+            """,
+            """
+            CREATE VIEW entitlements_current AS
+                SELECT e.*, e.active AND (e.valid_until IS NULL OR e.valid_until > now()) AS entitled_now
+                FROM entitlements e
+            """,
+            // Consumables: one credit per (environment, transactionId); a debit per refund; a re-credit per reversal.
+            """
+            CREATE TABLE consumable_ledger (
+                environment             text NOT NULL,
+                transaction_id          text NOT NULL,
+                entry                   text NOT NULL CHECK (entry IN ('credit', 'debit', 'recredit')),
+                revocation_key          text NOT NULL,
+                subject                 text NOT NULL,
+                product_id              text,
+                original_transaction_id text,
+                amount                  numeric NOT NULL,
+                event_id                text NOT NULL,
+                signed_date             timestamptz NOT NULL,
+                signed_date_ms          bigint NOT NULL,
+                PRIMARY KEY (environment, transaction_id, entry, revocation_key)
+            )
+            """,
+            "CREATE INDEX consumable_ledger_subject ON consumable_ledger (environment, subject, product_id)",
+            """
+            CREATE TRIGGER consumable_ledger_append_only BEFORE UPDATE OR DELETE ON consumable_ledger
+                FOR EACH ROW EXECUTE FUNCTION fleet_append_only()
+            """,
+            """
+            CREATE VIEW consumable_balances AS
+                SELECT environment, subject, product_id,
+                       sum(amount) AS balance,
+                       coalesce(sum(amount) FILTER (WHERE entry = 'credit'), 0) AS credited,
+                       coalesce(-sum(amount) FILTER (WHERE entry = 'debit'), 0) AS debited,
+                       coalesce(sum(amount) FILTER (WHERE entry = 'recredit'), 0) AS recredited,
+                       count(DISTINCT transaction_id) AS transactions,
+                       max(signed_date) AS last_signed_date
+                FROM consumable_ledger
+                GROUP BY environment, subject, product_id
+            """,
+        ]),
+    ]
+
+    /// A fixed key for `pg_advisory_lock`, so that two migrators never run at the same time.
+    static let lockKey: Int64 = 0x666C_6565_745F_6D67  // "fleet_mg"
+
+    public struct Failure: Error, CustomStringConvertible {
+        public var description: String
+    }
+
+    /// Applies every migration not yet recorded in `schema_migrations`, each in its own transaction, under a
+    /// session advisory lock. Rerunning is a no-op. Returns the versions applied by this call.
+    @discardableResult
+    public static func migrate(
+        connection: PostgresConnection, migrations: [Migration] = SinkSchema.migrations, logger: Logger
+    ) async throws -> [Int] {
+        try await connection.query("SELECT pg_advisory_lock(\(lockKey))", logger: logger)
+        do {
+            let applied = try await migrateLocked(connection: connection, migrations: migrations, logger: logger)
+            try await connection.query("SELECT pg_advisory_unlock(\(lockKey))", logger: logger)
+            return applied
+        } catch {
+            _ = try? await connection.query("SELECT pg_advisory_unlock(\(lockKey))", logger: logger)
+            throw error
+        }
+    }
+
+    private static func migrateLocked(
+        connection: PostgresConnection, migrations: [Migration], logger: Logger
+    ) async throws -> [Int] {
+        try await connection.query(
+            """
+            CREATE TABLE IF NOT EXISTS schema_migrations (
+                version    integer PRIMARY KEY,
+                name       text NOT NULL,
+                checksum   text NOT NULL,
+                applied_at timestamptz NOT NULL DEFAULT now()
+            )
+            """, logger: logger)
+        var recorded: [Int: String] = [:]
+        for try await (version, checksum) in try await connection.query(
+            "SELECT version, checksum FROM schema_migrations", logger: logger
+        ).decode((Int, String).self) {
+            recorded[version] = checksum
+        }
+        var applied: [Int] = []
+        for migration in migrations.sorted(by: { $0.version < $1.version }) {
+            let sql = migration.sql
+            let rows = try await connection.query("SELECT md5(\(sql))", logger: logger).collect()
+            guard let checksum = try rows.first?.decode(String.self) else {
+                throw Failure(description: "cannot compute the checksum of migration \(migration.version)")
+            }
+            if let existing = recorded[migration.version] {
+                guard existing == checksum else {
+                    throw Failure(description:
+                        "migration \(migration.version) (\(migration.name)) was applied with checksum \(existing)"
+                        + " but the code now has \(checksum): applied migrations must never be edited")
+                }
+                continue
+            }
+            let version = migration.version
+            let name = migration.name
+            try await connection.withTransaction(logger: logger) { tx in
+                for statement in migration.statements {
+                    try await tx.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+                }
+                try await tx.query(
+                    "INSERT INTO schema_migrations (version, name, checksum) VALUES (\(version), \(name), \(checksum))",
+                    logger: logger)
+            }
+            logger.info("applied migration", metadata: ["version": "\(version)", "name": "\(name)"])
+            applied.append(version)
+        }
+        return applied
+    }
+
+    /// The highest applied version, or nil when the database has never been migrated.
+    public static func currentVersion(connection: PostgresConnection, logger: Logger) async throws -> Int? {
+        let exists = try await connection.query(
+            "SELECT to_regclass('schema_migrations') IS NOT NULL", logger: logger
+        ).collect()
+        guard try exists.first?.decode(Bool.self) == true else { return nil }
+        let rows = try await connection.query("SELECT max(version) FROM schema_migrations", logger: logger).collect()
+        return try rows.first?.decode(Int?.self)
+    }
+}

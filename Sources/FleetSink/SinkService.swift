@@ -1,0 +1,399 @@
+import EntitlementDomain
+import Foundation
+import Logging
+import Metrics
+import PostgresNIO
+import ServiceLifecycle
+import Synchronization
+
+/// One record read from the result topic.
+public struct SinkRecord: Sendable {
+    public var topic: String
+    public var partition: Int32
+    public var offset: Int64
+    public var key: [UInt8]?
+    public var value: [UInt8]
+    public var headers: [(key: String, value: [UInt8])]
+
+    public init(
+        topic: String, partition: Int32, offset: Int64, key: [UInt8]?, value: [UInt8],
+        headers: [(key: String, value: [UInt8])] = []
+    ) {
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.key = key
+        self.value = value
+        self.headers = headers
+    }
+}
+
+/// Where the sink reads batches from (the Kafka result topic in production; see `KafkaEventBatchSource`).
+public protocol EventBatchSource: Sendable {
+    /// The next batch (possibly empty after a poll timeout).
+    func nextBatch(maxRecords: Int) async throws -> [SinkRecord]
+    /// Called once every record of the batch is durably written (or rejected): their offsets may be committed.
+    func markProcessed(_ records: [SinkRecord]) async throws
+    /// Whether the source is connected and assigned (part of readiness).
+    var isReady: Bool { get }
+}
+
+/// Where records the sink cannot use go (the sink-rejected topic): value = the original bytes, headers
+/// `reason`, `detail`, `source-topic`, `source-partition`, `source-offset`. Must not return before the record is
+/// durably accepted.
+public protocol RejectedRecordSink: Sendable {
+    func reject(_ record: SinkRecord, reason: String, detail: String) async throws
+}
+
+public struct SinkConfiguration: Sendable {
+    public var databaseURL: DatabaseURL
+    public var maxBatchSize: Int
+    public var initialBackoff: Duration
+    public var maxBackoff: Duration
+
+    public init(
+        databaseURL: DatabaseURL, maxBatchSize: Int = 2000, initialBackoff: Duration = .milliseconds(100),
+        maxBackoff: Duration = .seconds(5)
+    ) {
+        self.databaseURL = databaseURL
+        self.maxBatchSize = maxBatchSize
+        self.initialBackoff = initialBackoff
+        self.maxBackoff = maxBackoff
+    }
+}
+
+/// Why a record went to the sink-rejected topic.
+public enum SinkRejection: String, Sendable {
+    /// The value is not an `EntitlementEvent` JSON document.
+    case undecodable
+    /// `schema` is not `entitlement-event/v1`.
+    case unsupportedSchema = "unsupported_schema"
+    /// Decoded, but a required field is empty.
+    case invalidEvent = "invalid_event"
+    /// PostgreSQL refused the event itself (a data error that retrying cannot fix), isolated from its batch.
+    case databaseRejected = "database_rejected"
+}
+
+/// The sink: consumes result-topic batches, writes each batch in one database transaction, then marks the batch's
+/// offsets processed. Database unavailable -> retries with backoff, offsets stay uncommitted, `isReady` is false,
+/// and it resumes without loss. Undecodable events go to the sink-rejected topic, never dropped.
+///
+/// Runs until cancelled or until a graceful shutdown (ServiceLifecycle): the batch in flight is finished first.
+public final class SinkService: Service, Sendable {
+    private let configuration: SinkConfiguration
+    private let source: any EventBatchSource
+    private let rejected: any RejectedRecordSink
+    private let logger: Logger
+    private let applier = EventApplier()
+    private let metrics = SinkMetrics()
+    private let databaseReady = Mutex(false)
+    private let batchesDone = Mutex(0)
+    private let onBatch: (@Sendable (BatchReport) -> Void)?
+
+    /// What one processed batch did (for benchmarks and tests; metrics carry the same figures).
+    public struct BatchReport: Sendable {
+        public var records: Int
+        public var rejected: Int
+        public var outcome: ApplyOutcome
+        public var duration: Duration
+    }
+
+    public init(
+        configuration: SinkConfiguration, source: any EventBatchSource, rejected: any RejectedRecordSink,
+        logger: Logger, onBatch: (@Sendable (BatchReport) -> Void)? = nil
+    ) {
+        self.configuration = configuration
+        self.source = source
+        self.rejected = rejected
+        self.logger = logger
+        self.onBatch = onBatch
+        metrics.ready.record(0)
+    }
+
+    /// Connected to a migrated database and to the source: what `/readyz` reports.
+    public var isReady: Bool { databaseReady.withLock { $0 } && source.isReady }
+
+    /// Batches fully processed since start.
+    public var processedBatches: Int { batchesDone.withLock { $0 } }
+
+    private func setDatabaseReady(_ ready: Bool) {
+        databaseReady.withLock { $0 = ready }
+        metrics.ready.record(isReady ? 1 : 0)
+    }
+
+    struct ShutdownWhileRetrying: Error {}
+
+    public func run() async throws {
+        var connection: PostgresConnection?
+        defer { setDatabaseReady(false) }
+        do {
+            while !Task.isCancelled && !Task.isShuttingDownGracefully {
+                if connection == nil {
+                    // Connect eagerly so that readiness reflects the database even when the topic is idle.
+                    connection = try? await connect()
+                    setDatabaseReady(connection != nil)
+                }
+                let records = try await source.nextBatch(maxRecords: configuration.maxBatchSize)
+                metrics.ready.record(isReady ? 1 : 0)
+                if records.isEmpty { continue }
+                try await process(records, connection: &connection)
+                batchesDone.withLock { $0 += 1 }
+            }
+        } catch is ShutdownWhileRetrying {
+            logger.warning("shutdown requested while the database was unavailable: the batch in flight stays uncommitted")
+        } catch is CancellationError {
+            logger.info("sink cancelled")
+        }
+        if let connection { try? await connection.close() }
+    }
+
+    /// Decodes, writes and marks one batch.
+    func process(_ records: [SinkRecord], connection: inout PostgresConnection?) async throws {
+        let started = ContinuousClock.now
+        var accepted: [(SinkRecord, EntitlementEvent)] = []
+        var refused: [(SinkRecord, SinkRejection, String)] = []
+        for record in records {
+            switch Self.decode(record) {
+            case .success(let event): accepted.append((record, event))
+            case .failure(let failure): refused.append((record, failure.reason, failure.detail))
+            }
+        }
+        var outcome = ApplyOutcome()
+        if !accepted.isEmpty {
+            let isolated: [(SinkRecord, SinkRejection, String)]
+            (outcome, isolated) = try await applyWithRetry(accepted, connection: &connection)
+            refused += isolated
+            metrics.record(outcome)
+        }
+        for (record, reason, detail) in refused {
+            try await withRetry("produce to the sink-rejected topic") {
+                try await rejected.reject(record, reason: reason.rawValue, detail: detail)
+            }
+            metrics.rejected(reason.rawValue)
+            logger.warning("event rejected", metadata: [
+                "reason": "\(reason.rawValue)", "detail": "\(detail)", "topic": "\(record.topic)",
+                "partition": "\(record.partition)", "offset": "\(record.offset)",
+            ])
+        }
+        try await withRetry("mark offsets processed") { try await source.markProcessed(records) }
+        let duration = ContinuousClock.now - started
+        metrics.batch.recordNanoseconds(duration.nanoseconds)
+        onBatch?(BatchReport(records: records.count, rejected: refused.count, outcome: outcome, duration: duration))
+    }
+
+    public struct DecodeFailure: Error, Sendable {
+        public var reason: SinkRejection
+        public var detail: String
+    }
+
+    public static func decode(_ record: SinkRecord) -> Result<EntitlementEvent, DecodeFailure> {
+        let data = Data(record.value)
+        // Look at the schema first so that a v2 document is reported as such, not as a decoding error.
+        if let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
+           let schema = object["schema"] as? String, schema != EntitlementEvent.schemaVersion
+        {
+            return .failure(DecodeFailure(
+                reason: .unsupportedSchema,
+                detail: "schema \(schema.debugDescription), this sink reads \(EntitlementEvent.schemaVersion)"))
+        }
+        let event: EntitlementEvent
+        do {
+            event = try JSONDecoder().decode(EntitlementEvent.self, from: data)
+        } catch {
+            return .failure(DecodeFailure(reason: .undecodable, detail: describe(decodingError: error)))
+        }
+        guard event.schema == EntitlementEvent.schemaVersion else {
+            return .failure(DecodeFailure(reason: .unsupportedSchema, detail: "schema \(event.schema.debugDescription)"))
+        }
+        for (name, value) in [("eventId", event.eventId), ("kind", event.kind), ("environment", event.environment)]
+        where value.isEmpty {
+            return .failure(DecodeFailure(reason: .invalidEvent, detail: "\(name) is empty"))
+        }
+        return .success(event)
+    }
+
+    static func describe(decodingError error: any Error) -> String {
+        guard let error = error as? DecodingError else { return "\(error)" }
+        func path(_ context: DecodingError.Context) -> String {
+            context.codingPath.map { $0.intValue.map(String.init) ?? $0.stringValue }.joined(separator: ".")
+        }
+        switch error {
+        case .keyNotFound(let key, let c): return "missing field \(([path(c)] + [key.stringValue]).filter { !$0.isEmpty }.joined(separator: "."))"
+        case .typeMismatch(_, let c), .valueNotFound(_, let c): return "\(path(c)): \(c.debugDescription)"
+        case .dataCorrupted(let c): return "\(path(c).isEmpty ? "document" : path(c)): \(c.debugDescription)"
+        @unknown default: return "\(error)"
+        }
+    }
+
+    /// Applies the batch in one transaction, retrying with backoff while the database is unavailable (reconnecting
+    /// each time). When PostgreSQL refuses the data itself (SQLSTATE class 22/23), the events are applied one by one
+    /// and those it refuses are returned for the sink-rejected topic, so one bad event cannot stall a partition.
+    private func applyWithRetry(
+        _ batch: [(SinkRecord, EntitlementEvent)], connection: inout PostgresConnection?
+    ) async throws -> (ApplyOutcome, [(SinkRecord, SinkRejection, String)]) {
+        var attempt = 0
+        while true {
+            do {
+                if connection == nil { connection = try await connect() }
+                guard let live = connection else { continue }
+                setDatabaseReady(true)
+                let outcome = try await applier.apply(batch.map(\.1), connection: live, logger: logger)
+                return (outcome, [])
+            } catch {
+                if let state = Self.sqlState(of: error), Self.isDataError(state), let live = connection {
+                    logger.error("database refused the batch; isolating events", metadata: ["sqlstate": "\(state)"])
+                    return try await isolate(batch, connection: live)
+                }
+                try await backOff(after: error, attempt: &attempt, connection: &connection)
+            }
+        }
+    }
+
+    private func isolate(
+        _ batch: [(SinkRecord, EntitlementEvent)], connection: PostgresConnection
+    ) async throws -> (ApplyOutcome, [(SinkRecord, SinkRejection, String)]) {
+        var total = ApplyOutcome()
+        var refused: [(SinkRecord, SinkRejection, String)] = []
+        for (record, event) in batch {
+            do {
+                let outcome = try await applier.apply([event], connection: connection, logger: logger)
+                total.applied += outcome.applied
+                total.stale += outcome.stale
+                total.duplicate += outcome.duplicate
+                total.rowsWritten.merge(outcome.rowsWritten, uniquingKeysWith: +)
+            } catch {
+                guard let state = Self.sqlState(of: error), Self.isDataError(state) else { throw error }
+                refused.append((record, .databaseRejected, "SQLSTATE \(state): \(Self.serverMessage(of: error))"))
+            }
+        }
+        return (total, refused)
+    }
+
+    private func backOff(after error: any Error, attempt: inout Int, connection: inout PostgresConnection?) async throws {
+        attempt += 1
+        metrics.retries.increment()
+        setDatabaseReady(false)
+        if let live = connection { try? await live.close() }
+        connection = nil
+        let delay = backoffDelay(attempt)
+        logger.warning("database unavailable; retrying", metadata: [
+            "attempt": "\(attempt)", "delay": "\(delay)", "error": "\(Self.brief(error))",
+        ])
+        try await sleepUnlessShuttingDown(delay)
+    }
+
+    private func backoffDelay(_ attempt: Int) -> Duration {
+        let factor = 1 << min(attempt - 1, 16)
+        return min(configuration.initialBackoff * factor, configuration.maxBackoff)
+    }
+
+    private func sleepUnlessShuttingDown(_ delay: Duration) async throws {
+        if Task.isShuttingDownGracefully { throw ShutdownWhileRetrying() }
+        try await Task.sleep(for: delay)
+        if Task.isShuttingDownGracefully { throw ShutdownWhileRetrying() }
+    }
+
+    private func withRetry(_ what: String, _ body: () async throws -> Void) async throws {
+        var attempt = 0
+        while true {
+            do {
+                try await body()
+                return
+            } catch {
+                attempt += 1
+                metrics.retries.increment()
+                let delay = backoffDelay(attempt)
+                logger.warning("\(what) failed; retrying", metadata: ["attempt": "\(attempt)", "error": "\(error)"])
+                try await sleepUnlessShuttingDown(delay)
+            }
+        }
+    }
+
+    private func connect() async throws -> PostgresConnection {
+        let connection = try await PostgresConnection.connect(
+            configuration: try configuration.databaseURL.connectionConfiguration(), id: 1, logger: logger)
+        do {
+            let version = try await SinkSchema.currentVersion(connection: connection, logger: logger) ?? 0
+            let needed = SinkSchema.migrations.map(\.version).max() ?? 0
+            guard version >= needed else {
+                throw SchemaBehind(found: version, needed: needed)
+            }
+        } catch {
+            try? await connection.close()
+            throw error
+        }
+        return connection
+    }
+
+    struct SchemaBehind: Error, CustomStringConvertible {
+        var found: Int
+        var needed: Int
+        var description: String {
+            "database schema is at version \(found), the sink needs \(needed): run `fleet migrate --database-url URL`"
+        }
+    }
+
+    // MARK: error classification
+
+    static func unwrap(_ error: any Error) -> any Error {
+        if let tx = error as? PostgresTransactionError {
+            return tx.closureError ?? tx.commitError ?? tx.beginError ?? tx.rollbackError ?? error
+        }
+        return error
+    }
+
+    static func sqlState(of error: any Error) -> String? {
+        (unwrap(error) as? PSQLError)?.serverInfo?[.sqlState]
+    }
+
+    static func serverMessage(of error: any Error) -> String {
+        (unwrap(error) as? PSQLError)?.serverInfo?[.message] ?? "\(unwrap(error))"
+    }
+
+    /// Data exceptions (22) and integrity violations (23): the same data would fail again.
+    static func isDataError(_ state: String) -> Bool { state.hasPrefix("22") || state.hasPrefix("23") }
+
+    static func brief(_ error: any Error) -> String {
+        let inner = unwrap(error)
+        if let psql = inner as? PSQLError {
+            if let message = psql.serverInfo?[.message] { return "\(psql.code): \(message)" }
+            return "\(psql.code)\(psql.underlying.map { " (\($0))" } ?? "")"
+        }
+        return "\(inner)"
+    }
+}
+
+/// The sink's metrics (names fixed by CONTRACTS.md).
+struct SinkMetrics: Sendable {
+    let applied = Counter(label: "fleet_sink_events_total", dimensions: [("status", "applied")])
+    let stale = Counter(label: "fleet_sink_events_total", dimensions: [("status", "stale")])
+    let duplicate = Counter(label: "fleet_sink_events_total", dimensions: [("status", "duplicate")])
+    let batch = Metrics.Timer(label: "fleet_sink_batch_seconds", preferredDisplayUnit: .seconds)
+    let retries = Counter(label: "fleet_sink_retries_total")
+    let ready = Gauge(label: "fleet_ready")
+    static let tables = [
+        "notifications", "transactions", "transaction_versions", "entitlement_events", "entitlements",
+        "consumable_ledger",
+    ]
+    let rows: [String: Counter] = Dictionary(uniqueKeysWithValues: SinkMetrics.tables.map {
+        ($0, Counter(label: "fleet_sink_rows_written_total", dimensions: [("table", $0)]))
+    })
+
+    func record(_ outcome: ApplyOutcome) {
+        applied.increment(by: outcome.applied)
+        stale.increment(by: outcome.stale)
+        duplicate.increment(by: outcome.duplicate)
+        for (table, n) in outcome.rowsWritten where n > 0 { rows[table]?.increment(by: n) }
+    }
+
+    func rejected(_ reason: String) {
+        Counter(label: "fleet_sink_rejected_total", dimensions: [("reason", reason)]).increment()
+    }
+}
+
+extension Duration {
+    var nanoseconds: Int64 {
+        let c = components
+        return c.seconds * 1_000_000_000 + c.attoseconds / 1_000_000_000
+    }
+}

@@ -1,0 +1,224 @@
+import EntitlementDomain
+import Foundation
+import PostgresNIO
+import Testing
+
+@testable import FleetSink
+
+@Suite("Migrations and the batch applier against a real PostgreSQL")
+struct ApplierTests {
+    let applier = EventApplier()
+
+    @Test("fleet migrate is idempotent, versioned, and safe with two migrators at once")
+    func migrationsIdempotent() async throws {
+        let url = try await TestPostgres.shared.freshDatabase(migrate: false)
+        async let first = withConnection(url) { try await SinkSchema.migrate(connection: $0, logger: testLogger) }
+        async let second = withConnection(url) { try await SinkSchema.migrate(connection: $0, logger: testLogger) }
+        let (a, b) = try await (first, second)
+        #expect((a + b).sorted() == SinkSchema.migrations.map(\.version).sorted())
+        let again = try await withConnection(url) { try await SinkSchema.migrate(connection: $0, logger: testLogger) }
+        #expect(again.isEmpty)
+        try await withConnection(url) { c in
+            #expect(try await scalar(c, "SELECT count(*) FROM schema_migrations", as: Int64.self) == Int64(SinkSchema.migrations.count))
+            #expect(try await SinkSchema.currentVersion(connection: c, logger: testLogger) == SinkSchema.migrations.last?.version)
+            for table in ["notifications", "transactions", "transaction_versions", "entitlement_events", "entitlements",
+                          "consumable_ledger", "consumable_balances", "entitlements_current"] {
+                #expect(try await scalar(c, "SELECT to_regclass('\(table)') IS NOT NULL", as: Bool.self), "\(table)")
+            }
+        }
+        // An edited, already-applied migration is refused.
+        var edited = SinkSchema.migrations
+        edited[0].statements.append("SELECT 1")
+        await #expect(throws: SinkSchema.Failure.self) {
+            try await withConnection(url) { try await SinkSchema.migrate(connection: $0, migrations: edited, logger: testLogger) }
+        }
+    }
+
+    @Test("replaying the same result stream leaves every table byte-for-byte identical")
+    func replayIsIdempotent() async throws {
+        let url = try await TestPostgres.shared.freshDatabase()
+        let stream = mixedStream()
+        try await withConnection(url) { c in
+            var first = ApplyOutcome()
+            for batch in chunks(stream, of: 7) {
+                let o = try await applier.apply(batch, connection: c, logger: testLogger)
+                first.applied += o.applied; first.stale += o.stale; first.duplicate += o.duplicate
+            }
+            #expect(first.applied + first.stale + first.duplicate == stream.count)
+            let before = try await dump(c)
+            #expect(before["entitlement_events"]?.split(separator: "\n").count == stream.count)
+            #expect(before["notifications"]?.isEmpty == false)
+            // Replay with different batch boundaries, then once more as a single batch.
+            for size in [13, stream.count] {
+                var replay = ApplyOutcome()
+                for batch in chunks(stream, of: size) {
+                    let o = try await applier.apply(batch, connection: c, logger: testLogger)
+                    replay.applied += o.applied; replay.stale += o.stale; replay.duplicate += o.duplicate
+                    #expect(o.rowsWritten.values.allSatisfy { $0 == 0 }, "a replay wrote rows: \(o.rowsWritten)")
+                }
+                #expect(replay.duplicate == stream.count)
+                #expect(replay.applied == 0 && replay.stale == 0)
+                let after = try await dump(c)
+                for table in dumpedTables { #expect(after[table] == before[table], "\(table) changed on replay") }
+            }
+        }
+    }
+
+    @Test("a DID_RENEW signed before a REFUND but delivered after it does not re-activate; REFUND_REVERSED restores")
+    func outOfOrder() async throws {
+        let url = try await TestPostgres.shared.freshDatabase()
+        let t = baseTime
+        let buy = makeEvent("buy", kind: "SUBSCRIPTION_STARTED", effect: .grant, signed: t, validFrom: t,
+                            validUntil: t + 30 * day, notificationType: "SUBSCRIBED", subtype: "INITIAL_BUY")
+        let renew = makeEvent("renew", kind: "SUBSCRIPTION_RENEWED", effect: .extend, signed: t + 30 * day,
+                              transactionId: "tx-2", validFrom: t + 30 * day, validUntil: t + 60 * day,
+                              notificationType: "DID_RENEW")
+        let refund = makeEvent("refund", kind: "REFUNDED", effect: .revoke, signed: t + 31 * day, transactionId: "tx-2",
+                               validUntil: t + 60 * day, revocationDate: t + 31 * day, notificationType: "REFUND")
+        let reversed = makeEvent("reversed", kind: "REFUND_REVERSED", effect: .restore, signed: t + 32 * day,
+                                 transactionId: "tx-2", validUntil: t + 60 * day, notificationType: "REFUND_REVERSED")
+        try await withConnection(url) { c in
+            _ = try await applier.apply([buy], connection: c, logger: testLogger)
+            let r1 = try await applier.apply([refund], connection: c, logger: testLogger)
+            #expect(r1.statuses["refund"] == .applied)
+            let r2 = try await applier.apply([renew], connection: c, logger: testLogger)  // late delivery
+            #expect(r2.statuses["renew"] == .stale)
+            #expect(try await scalar(c, "SELECT active FROM entitlements WHERE subject = 'otx-1'", as: Bool.self) == false)
+            #expect(try await scalar(c, "SELECT last_event_id FROM entitlements", as: String.self) == "refund")
+            #expect(try await scalar(c, "SELECT status FROM entitlement_events WHERE event_id = 'renew'", as: String.self) == "stale")
+            #expect(try await scalar(c, "SELECT entitled_now FROM entitlements_current", as: Bool.self) == false)
+            // The refund replaced the earlier version of tx-2 (same transactionId, newer signedDate).
+            #expect(try await scalar(c, "SELECT revocation_date IS NOT NULL FROM transactions WHERE transaction_id = 'tx-2'", as: Bool.self))
+            #expect(try await scalar(c, "SELECT count(*) FROM transaction_versions WHERE transaction_id = 'tx-2'", as: Int64.self) == 2)
+            let r3 = try await applier.apply([reversed], connection: c, logger: testLogger)
+            #expect(r3.statuses["reversed"] == .applied)
+            #expect(try await scalar(c, "SELECT active FROM entitlements", as: Bool.self))
+            #expect(try await scalar(c, "SELECT revoked_at IS NULL FROM entitlements", as: Bool.self))
+            #expect(try await scalar(c, "SELECT (extract(epoch FROM valid_until) * 1000)::bigint FROM entitlements", as: Int64.self) == t + 60 * day)
+            // A stale replay of the old (pre-refund) transaction never overrides the current fact.
+            let oldCopy = makeEvent("renew-client", kind: "SUBSCRIPTION_OBSERVED", effect: .extend, signed: t + 30 * day,
+                                    transactionId: "tx-2", validUntil: t + 60 * day)
+            let r4 = try await applier.apply([oldCopy], connection: c, logger: testLogger)
+            #expect(r4.statuses["renew-client"] == .stale)
+            #expect(try await scalar(c, "SELECT revocation_date IS NOT NULL FROM transactions WHERE transaction_id = 'tx-2'", as: Bool.self))
+        }
+    }
+
+    @Test("within one batch events apply in signedDate order, whatever the delivery order")
+    func batchOrder() async throws {
+        let url = try await TestPostgres.shared.freshDatabase()
+        let t = baseTime
+        let events = [
+            makeEvent("expired", kind: "SUBSCRIPTION_EXPIRED", effect: .revoke, signed: t + 60 * day, validUntil: t + 60 * day),
+            makeEvent("renew", kind: "SUBSCRIPTION_RENEWED", effect: .extend, signed: t + 30 * day, validUntil: t + 60 * day),
+            makeEvent("buy", kind: "SUBSCRIPTION_STARTED", effect: .grant, signed: t, validFrom: t, validUntil: t + 30 * day),
+        ]
+        try await withConnection(url) { c in
+            let o = try await applier.apply(events, connection: c, logger: testLogger)
+            #expect(o.applied == 3 && o.stale == 0)
+            #expect(try await scalar(c, "SELECT active FROM entitlements", as: Bool.self) == false)
+            #expect(try await scalar(c, "SELECT last_event_id FROM entitlements", as: String.self) == "expired")
+            #expect(try await scalar(c, "SELECT (extract(epoch FROM revoked_at) * 1000)::bigint FROM entitlements", as: Int64.self) == t + 60 * day)
+        }
+    }
+
+    @Test("consumables: the same transaction 5 times credits once; a refund debits; its reversal re-credits")
+    func consumables() async throws {
+        let url = try await TestPostgres.shared.freshDatabase()
+        let t = baseTime
+        func gems(_ id: String, _ effect: EntitlementEffect, _ signed: Int64, revocation: Int64? = nil, pct: Int? = nil) -> EntitlementEvent {
+            makeEvent(id, kind: effect == .grant ? "ONE_TIME_PURCHASED" : effect == .revoke ? "REFUNDED" : "REFUND_REVERSED",
+                      effect: effect, signed: signed, subject: "user-1", product: "com.example.gems",
+                      productType: "Consumable", entitlement: nil, transactionId: "ctx-1", originalTransactionId: "ctx-1",
+                      revocationDate: revocation, revocationPercentage: pct, units: 120, quantity: 2)
+        }
+        try await withConnection(url) { c in
+            // Same eventId redelivered, and the same transaction arriving under other eventIds (client JWS, retries).
+            let purchase = gems("buy", .grant, t)
+            for _ in 0..<3 { _ = try await applier.apply([purchase], connection: c, logger: testLogger) }
+            let other = try await applier.apply([gems("buy-client", .grant, t + 5), gems("buy-retry", .grant, t + 9)],
+                                                connection: c, logger: testLogger)
+            #expect(other.duplicate == 2 && other.applied == 0)
+            #expect(try await scalar(c, "SELECT balance::text FROM consumable_balances", as: String.self) == "120")
+            #expect(try await scalar(c, "SELECT count(*) FROM consumable_ledger", as: Int64.self) == 1)
+            #expect(try await scalar(c, "SELECT count(*) FROM entitlements", as: Int64.self) == 0)
+            // Partial refund: 25% of 120 units.
+            let refund = gems("refund", .revoke, t + day, revocation: t + day, pct: 25_000)
+            _ = try await applier.apply([refund, refund], connection: c, logger: testLogger)
+            _ = try await applier.apply([gems("refund-copy", .revoke, t + day + 7, revocation: t + day, pct: 25_000)],
+                                        connection: c, logger: testLogger)
+            #expect(try await scalar(c, "SELECT balance::text FROM consumable_balances", as: String.self) == "90")
+            #expect(try await scalar(c, "SELECT debited::text FROM consumable_balances", as: String.self) == "30")
+            _ = try await applier.apply([gems("reversed", .restore, t + 2 * day)], connection: c, logger: testLogger)
+            _ = try await applier.apply([gems("reversed-copy", .restore, t + 2 * day + 3)], connection: c, logger: testLogger)
+            #expect(try await scalar(c, "SELECT balance::text FROM consumable_balances", as: String.self) == "120")
+            #expect(try await scalar(c, "SELECT recredited::text FROM consumable_balances", as: String.self) == "30")
+            #expect(try await scalar(c, "SELECT count(*) FROM consumable_ledger", as: Int64.self) == 3)
+            // A full refund (no percentage) debits all units.
+            _ = try await applier.apply([gems("refund-2", .revoke, t + 3 * day, revocation: t + 3 * day)], connection: c, logger: testLogger)
+            #expect(try await scalar(c, "SELECT balance::text FROM consumable_balances", as: String.self) == "0")
+        }
+    }
+
+    @Test("consumables: a reversal delivered before its refund leaves the balance credited")
+    func consumableReversalFirst() async throws {
+        let url = try await TestPostgres.shared.freshDatabase()
+        let t = baseTime
+        func gems(_ id: String, _ effect: EntitlementEffect, _ signed: Int64, revocation: Int64? = nil) -> EntitlementEvent {
+            makeEvent(id, kind: "K", effect: effect, signed: signed, subject: "user-2", product: "com.example.gems",
+                      productType: "Consumable", entitlement: nil, transactionId: "ctx-2", originalTransactionId: "ctx-2",
+                      revocationDate: revocation, units: 10)
+        }
+        try await withConnection(url) { c in
+            _ = try await applier.apply([gems("buy", .grant, t)], connection: c, logger: testLogger)
+            let r = try await applier.apply([gems("rev", .restore, t + 2 * day)], connection: c, logger: testLogger)
+            #expect(r.statuses["rev"] == .stale)
+            let f = try await applier.apply([gems("ref", .revoke, t + day, revocation: t + day)], connection: c, logger: testLogger)
+            #expect(f.statuses["ref"] == .stale)
+            #expect(try await scalar(c, "SELECT balance::text FROM consumable_balances", as: String.self) == "10")
+        }
+    }
+
+    @Test("notifications: one row per UUID, the parent originalTransactionId recorded, payload decoded")
+    func notifications() async throws {
+        let url = try await TestPostgres.shared.freshDatabase()
+        // An upgrade: one notification, two events (REVOKE old tier, GRANT new tier).
+        let t = baseTime
+        let revokeOld = makeEvent("up-revoke", kind: "PLAN_UPGRADED", effect: .revoke, signed: t, product: "basic",
+                                  entitlement: "basic", transactionId: "tx-old", notificationType: "DID_CHANGE_RENEWAL_PREF",
+                                  subtype: "UPGRADE", uuid: "uuid-up")
+        let grantNew = makeEvent("up-grant", kind: "PLAN_UPGRADED", effect: .grant, signed: t, product: "pro",
+                                 entitlement: "pro", transactionId: "tx-new", validFrom: t, validUntil: t + 30 * day,
+                                 notificationType: "DID_CHANGE_RENEWAL_PREF", subtype: "UPGRADE", uuid: "uuid-up")
+        try await withConnection(url) { c in
+            let o = try await applier.apply([revokeOld, grantNew], connection: c, logger: testLogger)
+            #expect(o.rowsWritten["notifications"] == 1)
+            #expect(o.rowsWritten["entitlement_events"] == 2)
+            #expect(try await scalar(c, "SELECT count(*) FROM notifications", as: Int64.self) == 1)
+            #expect(try await scalar(c, "SELECT original_transaction_id FROM notifications", as: String.self) == "otx-1")
+            #expect(try await scalar(c, "SELECT payload->>'subtype' FROM notifications", as: String.self) == "UPGRADE")
+            #expect(try await scalar(c, "SELECT payload->'transaction'->>'transactionId' FROM notifications", as: String.self) == "tx-old")
+            #expect(try await scalar(c, "SELECT count(*) FROM entitlements WHERE active", as: Int64.self) == 1)
+            // The event log is append-only.
+            await #expect(throws: (any Error).self) {
+                try await c.query("UPDATE entitlement_events SET status = 'stale'", logger: testLogger)
+            }
+        }
+    }
+
+    @Test("environment is part of every key: Sandbox and Production never collide")
+    func environments() async throws {
+        let url = try await TestPostgres.shared.freshDatabase()
+        let t = baseTime
+        let sandbox = makeEvent("sb", kind: "SUBSCRIPTION_STARTED", effect: .grant, signed: t, environment: "Sandbox",
+                                validUntil: t + day, notificationType: "SUBSCRIBED", uuid: "same-uuid")
+        let production = makeEvent("pr", kind: "REFUNDED", effect: .revoke, signed: t + 5, environment: "Production",
+                                   validUntil: t + day, revocationDate: t + 5)
+        try await withConnection(url) { c in
+            _ = try await applier.apply([sandbox, production], connection: c, logger: testLogger)
+            #expect(try await scalar(c, "SELECT count(*) FROM transactions", as: Int64.self) == 2)
+            #expect(try await scalar(c, "SELECT active FROM entitlements WHERE environment = 'Sandbox'", as: Bool.self))
+            #expect(try await scalar(c, "SELECT active FROM entitlements WHERE environment = 'Production'", as: Bool.self) == false)
+        }
+    }
+}

@@ -1,0 +1,142 @@
+import EntitlementDomain
+import Foundation
+import Logging
+import ServiceLifecycle
+import Synchronization
+import Testing
+
+@testable import FleetSink
+
+/// An in-memory result topic: hands out records in order, remembers which ones were marked processed.
+final class MemorySource: EventBatchSource {
+    private let state: Mutex<(queue: [SinkRecord], marked: [Int64])>
+    init(_ records: [SinkRecord]) { state = Mutex((records, [])) }
+    var isReady: Bool { true }
+    var marked: [Int64] { state.withLock { $0.marked } }
+    func nextBatch(maxRecords: Int) async throws -> [SinkRecord] {
+        let batch = state.withLock { s -> [SinkRecord] in
+            let b = Array(s.queue.prefix(maxRecords))
+            s.queue.removeFirst(b.count)
+            return b
+        }
+        if batch.isEmpty { try await Task.sleep(for: .milliseconds(20)) }
+        return batch
+    }
+    func markProcessed(_ records: [SinkRecord]) async throws {
+        state.withLock { $0.marked += records.map(\.offset) }
+    }
+}
+
+final class MemoryRejects: RejectedRecordSink {
+    private let state = Mutex<[(Int64, String, String)]>([])
+    var rejected: [(offset: Int64, reason: String, detail: String)] { state.withLock { $0.map { ($0.0, $0.1, $0.2) } } }
+    func reject(_ record: SinkRecord, reason: String, detail: String) async throws {
+        state.withLock { $0.append((record.offset, reason, detail)) }
+    }
+}
+
+func records(_ events: [EntitlementEvent], topic: String = "entitlements.verified") -> [SinkRecord] {
+    events.enumerated().map { i, e in
+        SinkRecord(topic: topic, partition: 0, offset: Int64(i), key: Array((e.originalTransactionId ?? "").utf8), value: encode(e))
+    }
+}
+
+func waitUntil(timeout: Duration = .seconds(60), _ condition: () async throws -> Bool) async throws {
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        if try await condition() { return }
+        try await Task.sleep(for: .milliseconds(50))
+    }
+    throw TestFailure("condition not met within \(timeout)")
+}
+
+@Suite("The sink service: decoding, rejects, database outages")
+struct ServiceTests {
+    @Test("undecodable and wrong-schema records go to the sink-rejected topic with a reason, never dropped")
+    func rejects() async throws {
+        let url = try await TestPostgres.shared.freshDatabase()
+        let good = makeEvent("ok", kind: "SUBSCRIPTION_STARTED", effect: .grant, signed: baseTime, validUntil: baseTime + day)
+        var v2 = good
+        v2.schema = "entitlement-event/v2"
+        v2.eventId = "v2"
+        var empty = good
+        empty.eventId = ""
+        var input = records([good, v2, empty])
+        input.append(SinkRecord(topic: "entitlements.verified", partition: 0, offset: 3, key: nil, value: Array("{not json".utf8)))
+        input.append(SinkRecord(topic: "entitlements.verified", partition: 0, offset: 4, key: nil,
+                                value: Array(#"{"schema":"entitlement-event/v1","eventId":"x"}"#.utf8)))
+        let source = MemorySource(input)
+        let rejects = MemoryRejects()
+        let service = SinkService(configuration: .init(databaseURL: try DatabaseURL(url)), source: source,
+                                  rejected: rejects, logger: testLogger)
+        let task = Task { try await service.run() }
+        try await waitUntil { source.marked.count == input.count }
+        task.cancel()
+        _ = try? await task.value
+        let byOffset = Dictionary(uniqueKeysWithValues: rejects.rejected.map { ($0.offset, $0) })
+        #expect(byOffset.count == 4)
+        #expect(byOffset[1]?.reason == "unsupported_schema")
+        #expect(byOffset[2]?.reason == "invalid_event")
+        #expect(byOffset[3]?.reason == "undecodable")
+        #expect(byOffset[4]?.reason == "undecodable")
+        #expect(byOffset[4]?.detail.contains("kind") == true || byOffset[4]?.detail.contains("missing") == true)
+        try await withConnection(url) { c in
+            #expect(try await scalar(c, "SELECT count(*) FROM entitlement_events", as: Int64.self) == 1)
+        }
+    }
+
+    @Test("PostgreSQL stopped for several seconds mid-stream: not ready, retries, then every event written exactly once")
+    func databaseOutage() async throws {
+        // Its own server: stopping the shared one would disturb tests running in parallel.
+        let own = try await ThrowawayPostgres(database: "outage")
+        defer { own.destroy() }
+        try await withConnection(own.url) { try await SinkSchema.migrate(connection: $0, logger: testLogger) }
+        let stream = mixedStream(subjects: 30)
+        let source = MemorySource(records(stream))
+        let service = SinkService(
+            configuration: .init(databaseURL: try DatabaseURL(own.url), maxBatchSize: 10,
+                                 initialBackoff: .milliseconds(50), maxBackoff: .milliseconds(500)),
+            source: source, rejected: MemoryRejects(), logger: testLogger)
+        let task = Task { try await service.run() }
+        try await waitUntil { source.marked.count >= 20 }
+        try own.stop()
+        let markedWhenStopped = source.marked.count
+        try await waitUntil(timeout: .seconds(20)) { !service.isReady }
+        try await Task.sleep(for: .seconds(4))
+        #expect(!service.isReady)
+        // Nothing beyond the batch in flight is marked while the database is down.
+        #expect(source.marked.count <= markedWhenStopped + 10)
+        try own.start()
+        try await waitUntil { source.marked.count == stream.count }
+        try await waitUntil(timeout: .seconds(10)) { service.isReady }
+        task.cancel()
+        _ = try? await task.value
+        #expect(source.marked == Array(0..<Int64(stream.count)))
+        try await withConnection(own.url) { c in
+            #expect(try await scalar(c, "SELECT count(*) FROM entitlement_events", as: Int64.self) == Int64(stream.count))
+            #expect(try await scalar(c, "SELECT count(DISTINCT event_id) FROM entitlement_events", as: Int64.self) == Int64(stream.count))
+            // 30 consumables credited exactly once each.
+            #expect(try await scalar(c, "SELECT count(*) FROM consumable_ledger WHERE entry = 'credit'", as: Int64.self) == 30)
+            #expect(try await scalar(c, "SELECT count(*) FROM notifications", as: Int64.self)
+                    == Int64(Set(stream.compactMap { $0.notification?.uuid }).count))
+        }
+    }
+
+    @Test("a sink refuses to start against an unmigrated database and becomes ready once migrated")
+    func unmigrated() async throws {
+        let url = try await TestPostgres.shared.freshDatabase(migrate: false)
+        let source = MemorySource(records([makeEvent("a", kind: "K", effect: .info, signed: baseTime)]))
+        let service = SinkService(
+            configuration: .init(databaseURL: try DatabaseURL(url), initialBackoff: .milliseconds(50), maxBackoff: .milliseconds(200)),
+            source: source, rejected: MemoryRejects(), logger: testLogger)
+        let task = Task { try await service.run() }
+        try await Task.sleep(for: .milliseconds(500))
+        #expect(!service.isReady)
+        #expect(source.marked.isEmpty)
+        try await withConnection(url) { try await SinkSchema.migrate(connection: $0, logger: testLogger) }
+        try await waitUntil(timeout: .seconds(20)) { source.marked.count == 1 }
+        #expect(service.isReady)
+        task.cancel()
+        _ = try? await task.value
+    }
+}
