@@ -69,8 +69,8 @@ class Rendered:
 
 
 def clean(doc: dict[str, Any]) -> dict[str, Any]:
-    """A manifest without the test's bookkeeping key."""
-    return {k: v for k, v in doc.items() if k != "_template"}
+    """A deep copy of a manifest without the test's bookkeeping key (renders are cached: never mutate them)."""
+    return copy.deepcopy({k: v for k, v in doc.items() if k != "_template"})
 
 
 _chart: helm_python.Chart | None = None

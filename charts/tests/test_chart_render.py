@@ -93,3 +93,12 @@ def test_keda_crd_schema_rejects_a_broken_scaledobject(scaledobject_schema):
 def test_every_mode_renders():
     for mode in MODES:
         assert render(with_mode(mode)).deployment("worker")
+
+
+def test_keda_render_does_not_depend_on_announced_api_versions():
+    # `helm template` without --api-versions keda.sh/v1alpha1 renders the same objects (no capability gate).
+    with_api = render(with_mode("keda"), keda_api=True)
+    without = render(with_mode("keda"), keda_api=False)
+    assert [clean(d) for d in with_api.docs] == [clean(d) for d in without.docs]
+    assert "WARNING" in without.files["entitlement-fleet/templates/NOTES.txt"]
+    assert "WARNING" not in with_api.files["entitlement-fleet/templates/NOTES.txt"]
