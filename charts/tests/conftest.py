@@ -84,18 +84,18 @@ def chart() -> helm_python.Chart:
     return _chart
 
 
-def render(values: dict[str, Any] | None = None, *, keda_api: bool = True) -> Rendered:
+def render(values: dict[str, Any] | None = None, *, keda_api: bool = True, kube_version: str = KUBE_VERSION) -> Rendered:
     """Render like `helm template demo charts/entitlement-fleet -n fleet --kube-version 1.30.0
     [--api-versions keda.sh/v1alpha1] -f values`. Helm validates the values against values.schema.json
-    first. `Chart.render` of helm-python-sdk does not expose kube/api versions, so the same C call is made
+    first. `kube_version` is what `.Capabilities.KubeVersion` reports. `Chart.render` of helm-python-sdk does not expose kube/api versions, so the same C call is made
     with the two documented render options it lacks (`kube_version`, `api_versions`)."""
     values = copy.deepcopy(values or {})
-    key = json.dumps([values, keda_api], sort_keys=True)
+    key = json.dumps([values, keda_api, kube_version], sort_keys=True)
     if key not in _cache:
         opts = {
             "name": RELEASE,
             "namespace": NAMESPACE,
-            "kube_version": "v" + KUBE_VERSION,
+            "kube_version": "v" + kube_version,
             "api_versions": [KEDA_API] if keda_api else [],
         }
         out = _native.call_string("helm_render", chart()._raw(), json.dumps(values), json.dumps(opts))

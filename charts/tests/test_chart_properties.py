@@ -231,6 +231,9 @@ def test_pdb_and_topology_spread():
         assert [s["topologyKey"] for s in spread] == ["topology.kubernetes.io/zone", "kubernetes.io/hostname"]
         for s in spread:
             assert s["labelSelector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
+    assert r.one("PodDisruptionBudget", "worker")["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    # the field exists from Kubernetes 1.26: left out for older clusters
+    assert "unhealthyPodEvictionPolicy" not in render(kube_version="1.25.0").one("PodDisruptionBudget", "worker")["spec"]
     off = render({"worker": {"podDisruptionBudget": {"enabled": False}, "topologySpread": {"enabled": False}}})
     assert [p["metadata"]["labels"]["app.kubernetes.io/component"] for p in off.of_kind("PodDisruptionBudget")] == ["sink"]
     assert "topologySpreadConstraints" not in off.deployment("worker")["spec"]["template"]["spec"]

@@ -36,7 +36,7 @@ def test_lint_is_clean(mode, extra):
 @pytest.mark.parametrize("kube_version", [KUBE_VERSION, KUBE_VERSION_OLDEST])
 @pytest.mark.parametrize("extra", [{}, EVERYTHING], ids=["defaults", "everything"])
 def test_manifests_validate_against_kubernetes_schemas(mode, extra, kube_version):
-    r = render(with_mode(mode, extra))
+    r = render(with_mode(mode, extra), kube_version=kube_version)
     checked = 0
     for doc in r.docs:
         if doc["kind"] in CUSTOM_KINDS:

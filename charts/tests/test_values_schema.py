@@ -75,6 +75,9 @@ BAD = {
     "hpa-min-zero": {"autoscaling": {"mode": "hpa", "minReplicas": 0}},
     "negative-grace": {"worker": {"terminationGracePeriodSeconds": -1}},
     "bad-image-digest": {"image": {"digest": "latest"}},
+    "extra-env-overrides-group": {"worker": {"extraEnv": [{"name": "FLEET_GROUP", "value": "other"}]}},
+    "extra-env-overrides-database-url": {"sink": {"extraEnv": [{"name": "FLEET_DATABASE_URL", "value": "postgres://x"}]}},
+    "bad-unhealthy-eviction-policy": {"worker": {"podDisruptionBudget": {"unhealthyPodEvictionPolicy": "Never"}}},
 }
 
 
