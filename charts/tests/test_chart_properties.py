@@ -423,3 +423,13 @@ def test_migrate_job_is_an_optional_pre_install_hook():
     assert "serviceAccountName" not in job["spec"]["template"]["spec"]  # the release's account does not exist yet
     plain = render({"migrate": {"enabled": True, "hook": False}}).one("Job", "migrate")
     assert "annotations" not in plain["metadata"]
+
+
+def test_tls_with_the_system_trust_store_needs_no_trigger_authentication():
+    r = render(with_mode("keda", {"kafkaAuth": {"tls": {"enabled": True, "caKey": ""}}}))
+    assert r.of_kind("TriggerAuthentication") == []
+    for t in r.one("ScaledObject")["spec"]["triggers"]:
+        assert t["metadata"]["tls"] == "enable" and "authenticationRef" not in t
+    props = r.fleet_config()["kafka"]["properties"]
+    assert props["security.protocol"] == "SSL" and "ssl.ca.location" not in props
+    assert all(v["name"] != "kafka-tls" for v in r.deployment("worker")["spec"]["template"]["spec"]["volumes"])

@@ -65,6 +65,7 @@ BAD = {
     "capabilities-not-dropped": {"containerSecurityContext": {"capabilities": {"drop": ["NET_RAW"]}}},
     "added-capability": {"containerSecurityContext": {"capabilities": {"drop": ["ALL"], "add": ["NET_ADMIN"]}}},
     "sasl-without-secret": {"kafkaAuth": {"sasl": {"enabled": True}}},
+    "tls-ca-without-secret": {"kafkaAuth": {"tls": {"enabled": True}}},
     "tls-cert-without-key": {"kafkaAuth": {"tls": {"enabled": True, "existingSecret": "t", "certKey": "tls.crt"}}},
     "bad-sasl-mechanism": {"kafkaAuth": {"sasl": {"mechanism": "GSSAPI"}}},
     "roots-of-unknown-kind": {"rootCertificates": {"kind": "PersistentVolume"}},
@@ -88,7 +89,7 @@ def test_bad_values_rejected_by_the_schema(schema, defaults, name):
 
 
 @pytest.mark.parametrize("name", ["unknown-mode", "database-url-in-values", "writable-root-fs", "idle-and-limit-to-lag",
-                                  "sasl-without-secret", "port-as-string"])
+                                  "sasl-without-secret", "tls-ca-without-secret", "port-as-string"])
 def test_bad_values_rejected_by_helm(name):
     # Helm validates user values against values.schema.json before rendering anything.
     with pytest.raises(helm_python.HelmError, match="schema"):

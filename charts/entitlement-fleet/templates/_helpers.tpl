@@ -233,17 +233,22 @@ lifecycle:
 {{- end }}
 {{- end -}}
 
+{{- define "fleet.kafkaTLSFiles" -}}
+{{- $tls := .Values.kafkaAuth.tls -}}
+{{- if and $tls.enabled (or $tls.caKey $tls.certKey) -}}true{{- end -}}
+{{- end -}}
+
 {{- define "fleet.kafkaTLSVolume" -}}
-{{- if .Values.kafkaAuth.tls.enabled }}
+{{- if include "fleet.kafkaTLSFiles" . }}
 - name: kafka-tls
   secret:
-    secretName: {{ required "kafkaAuth.tls.existingSecret is required when kafkaAuth.tls.enabled" .Values.kafkaAuth.tls.existingSecret }}
+    secretName: {{ required "kafkaAuth.tls.existingSecret is required when kafkaAuth.tls.enabled with a caKey or certKey" .Values.kafkaAuth.tls.existingSecret }}
     defaultMode: 0440
 {{- end }}
 {{- end -}}
 
 {{- define "fleet.kafkaTLSVolumeMount" -}}
-{{- if .Values.kafkaAuth.tls.enabled }}
+{{- if include "fleet.kafkaTLSFiles" . }}
 - name: kafka-tls
   mountPath: {{ include "fleet.kafkaTLSDir" . }}
   readOnly: true
@@ -256,4 +261,9 @@ lifecycle:
     secretKeyRef:
       name: {{ include "fleet.databaseSecretName" . }}
       key: {{ .Values.database.urlKey }}
+{{- end -}}
+
+{{/* KEDA needs a TriggerAuthentication when there is a secret to hand it: SASL credentials or TLS files. */}}
+{{- define "fleet.kedaNeedsAuth" -}}
+{{- if or .Values.kafkaAuth.sasl.enabled (include "fleet.kafkaTLSFiles" .) -}}true{{- end -}}
 {{- end -}}
