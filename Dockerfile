@@ -25,7 +25,8 @@ COPY Sources ./Sources
 COPY Tests ./Tests
 # The README's release build, with the Swift runtime linked statically into the binary.
 RUN swift build -c release --product fleet --static-swift-stdlib \
-    && install -D -m 0755 "$(swift build -c release --show-bin-path)/fleet" /out/fleet
+    && install -D -m 0755 "$(swift build -c release --show-bin-path)/fleet" /out/fleet \
+    && install -D -m 0755 /usr/libexec/swift/linux/swift-backtrace-static /out/swift-backtrace-static
 
 # ---- runtime ----
 FROM ${RUNTIME_IMAGE} AS runtime
@@ -40,6 +41,9 @@ RUN apt-get update \
     && useradd --system --uid 10001 --gid fleet --home-dir /nonexistent --no-create-home --shell /usr/sbin/nologin fleet \
     && mkdir -p /etc/fleet/roots /etc/fleet/products
 COPY --from=builder /out/fleet /usr/local/bin/fleet
+# Symbolicated crash backtraces in the logs, without a Swift toolchain in the image.
+COPY --from=builder /out/swift-backtrace-static /usr/local/bin/swift-backtrace-static
+ENV SWIFT_BACKTRACE=enable=yes,sanitize=yes,threads=all,images=all,interactive=no,swift-backtrace=/usr/local/bin/swift-backtrace-static
 COPY config/fleet.yaml /etc/fleet/fleet.example.yaml
 COPY config/products.example.yaml /etc/fleet/products.example.yaml
 USER 10001:10001
