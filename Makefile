@@ -21,8 +21,7 @@ deps:
 	fi
 
 deps-chart:
-	@$(PYTHON) -c 'import helm_python, kubernetes_validate, pytest, yaml, jsonschema' 2>/dev/null || \
-	  $(PYTHON) -m pip install -q helm-python-sdk kubernetes-validate pytest pyyaml jsonschema
+	@$(PYTHON) -m pip install -q --disable-pip-version-check -r charts/tests/requirements.txt
 
 build: deps
 	$(SWIFT) build

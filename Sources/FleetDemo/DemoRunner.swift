@@ -64,7 +64,7 @@ public final class DemoRunner: @unchecked Sendable {
     private func say(_ s: String) {
         guard !options.quiet else { return }
         print(s)
-        fflush(stdout)
+        fflush(nil)
     }
 
     // MARK: - Stack
@@ -225,7 +225,7 @@ public final class DemoRunner: @unchecked Sendable {
         let bar = String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled)
         let line = "[\(bar)] published \(published)/\(total)  verified \(max(0, processed - rejected))  rejected \(rejected)  events written \(written)  lag \(raw.totalLag)"
         print("\r" + line + "   ", terminator: "")
-        fflush(stdout)
+        fflush(nil)
     }
 
     // MARK: - Summary
@@ -251,15 +251,15 @@ public final class DemoRunner: @unchecked Sendable {
         s.processedInputs = Int(raw.reduce(Int64(0)) { $0 + ($1.committedOffset ?? 0) })
         s.eventsWritten = try await count(db, "SELECT count(*) FROM entitlement_events")
         s.staleEvents = try await count(db, "SELECT count(*) FROM entitlement_events WHERE status = 'stale'")
-        for row in try await db.query("SELECT kind, count(*)::bigint FROM entitlement_events GROUP BY kind", logger: logger) {
+        for try await row in try await db.query("SELECT kind, count(*)::bigint FROM entitlement_events GROUP BY kind", logger: logger) {
             let (kind, n) = try row.decode((String, Int64).self)
             s.eventsByKind[kind] = Int(n)
         }
-        for row in try await db.query("SELECT entitlement, count(*)::bigint FROM entitlements_current WHERE entitled_now GROUP BY entitlement", logger: logger) {
+        for try await row in try await db.query("SELECT entitlement, count(*)::bigint FROM entitlements_current WHERE entitled_now GROUP BY entitlement", logger: logger) {
             let (name, n) = try row.decode((String, Int64).self)
             s.activeByEntitlement[name] = Int(n)
         }
-        for row in try await db.query("SELECT product_id, sum(balance)::float8 FROM consumable_balances GROUP BY product_id", logger: logger) {
+        for try await row in try await db.query("SELECT product_id, sum(balance)::float8 FROM consumable_balances GROUP BY product_id", logger: logger) {
             let (product, balance) = try row.decode((String?, Double).self)
             s.ticketBalances[product ?? "?"] = balance
         }
@@ -301,7 +301,7 @@ public final class DemoRunner: @unchecked Sendable {
           SELECT subject, product_id, balance FROM consumable_balances ORDER BY balance DESC LIMIT 10;
         Stop with Ctrl-C (SIGINT) or SIGTERM: every process stops cleanly.
         """)
-        fflush(stdout)
+        fflush(nil)
     }
 
     private func waitForInterrupt() async {
@@ -376,7 +376,7 @@ public final class DemoRunner: @unchecked Sendable {
     }
 
     private func count(_ db: PostgresConnection, _ sql: String) async throws -> Int {
-        for row in try await db.query(PostgresQuery(unsafeSQL: sql), logger: logger) {
+        for try await row in try await db.query(PostgresQuery(unsafeSQL: sql), logger: logger) {
             return Int(try row.decode(Int64.self))
         }
         return 0

@@ -112,7 +112,7 @@ public struct PipelineBenchmark: Sendable {
     private func waitForRows(_ db: PostgresConnection, table: String, atLeast n: Int, timeout: Duration) async throws {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
-            for row in try await db.query(PostgresQuery(unsafeSQL: "SELECT count(*) FROM \(table)"), logger: Logger(label: "bench")) {
+            for try await row in try await db.query(PostgresQuery(unsafeSQL: "SELECT count(*) FROM \(table)"), logger: Logger(label: "bench")) {
                 if try row.decode(Int64.self) >= n { return }
             }
             try await Task.sleep(for: .milliseconds(20))

@@ -35,7 +35,8 @@ public struct FleetSettings: Sendable {
     private let yamlKafkaProperties: [String: String]
 
     /// - Parameters:
-    ///   - configFile: explicit `--config` path; else `FLEET_CONFIG`; else `config/fleet.yaml` when it exists.
+    ///   - configFile: explicit `--config` path; else `FLEET_CONFIG`; else no file. (A file is never picked up
+    ///     implicitly: running from a checkout must not silently apply the example config's values.)
     public init(section: String, configFile explicitPath: String?, environment: [String: String] = ProcessInfo.processInfo.environment) async throws {
         self.section = section
         self.environment = environment
@@ -44,8 +45,6 @@ public struct FleetSettings: Sendable {
             path = explicitPath
         } else if let fromEnv = environment["FLEET_CONFIG"], !fromEnv.isEmpty {
             path = fromEnv
-        } else if FileManager.default.fileExists(atPath: "config/fleet.yaml") {
-            path = "config/fleet.yaml"
         } else {
             path = nil
         }

@@ -61,10 +61,10 @@ struct Tail: AsyncParsableCommand {
                 lastEvent = .now
                 if let max, seen >= max { break outer }
             }
-            fflush(stdout)
+            fflush(nil)
             if let idle = idleTimeout, ContinuousClock.now - lastEvent > .milliseconds(Int(idle * 1000)) { break }
         }
-        fflush(stdout)
+        fflush(nil)
         _ = await consumer.close(deadline: .seconds(5))
     }
 }

@@ -96,3 +96,20 @@ func httpGet(port: Int, path: String) async throws -> (Int, String) {
     guard let r = HTTPProbe.get(port: port, path: path) else { throw POSIXError(.ECONNREFUSED) }
     return (r.status, r.body)
 }
+
+struct ExampleConfigTests {
+    @Test func theShippedExampleConfigLoads() async throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let path = root.appendingPathComponent("config/fleet.yaml").path
+        let worker = try await FleetSettings(section: "worker", configFile: path, environment: [:])
+        #expect(worker.string("group", flag: nil) == "fleet-verifiers")
+        #expect(worker.strings("input-topic", flag: []) == ["appstore.raw"])
+        #expect(worker.string("bootstrap-servers", flag: nil) == "localhost:9092")
+        #expect(try worker.int("metrics-port", flag: nil, default: 0) == 9090)
+        #expect(try worker.optionalInt64("app-apple-id", flag: nil) == 1_234_567_890)
+        #expect(try worker.kafkaProperties(flag: [])["client.id"] == "entitlement-fleet")
+        let sink = try await FleetSettings(section: "sink", configFile: path, environment: [:])
+        #expect(try sink.int("metrics-port", flag: nil, default: 0) == 9091)
+        #expect(sink.string("rejected-topic", flag: nil) == "entitlements.sink-rejected")
+    }
+}
