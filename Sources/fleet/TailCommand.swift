@@ -1,6 +1,7 @@
 import ArgumentParser
 import EntitlementDomain
 import FleetKafka
+import FleetOperations
 import Foundation
 
 /// `fleet tail`: a live, compact view of the result topic — what the dashboards see.
@@ -30,6 +31,7 @@ struct Tail: AsyncParsableCommand {
     var kafkaProperties: [String] = []
 
     func run() async throws {
+        FleetLogging.bootstrap(format: "text", level: "warning")
         var props: [String: String] = [:]
         for p in kafkaProperties {
             guard let eq = p.firstIndex(of: "=") else { throw ValidationError("--kafka-property needs key=value, got '\(p)'") }
