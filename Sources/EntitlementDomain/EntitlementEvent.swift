@@ -92,7 +92,8 @@ public struct EntitlementEvent: Codable, Sendable, Equatable {
     public var signedDate: Int64
     public var verifiedAt: Int64
     public var source: EventSource
-    /// Catalogue: units granted (consumables: catalogue units x quantity; debits and re-credits carry the same sign, the effect says which).
+    /// Consumables: the units the purchase granted (catalogue units x quantity). A refund (REVOKE) debits
+    /// `units x revocationPercentage / 100000` (all of them when no percentage is given); a reversal re-credits it.
     public var units: Int?
     /// Catalogue: the entitlement name this product unlocks (defaults to the productId when no catalogue is set).
     public var entitlement: String?

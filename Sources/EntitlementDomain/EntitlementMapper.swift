@@ -178,9 +178,6 @@ public struct EntitlementMapper: Sendable {
             e.validUntil = renewal?["gracePeriodExpiresDate"]?.int64Value ?? e.validUntil
         case ("REFUND", _), ("REVOKE", _):
             e.validUntil = e.revocationDate ?? signedDate
-            if productKind == .consumable { e.units = debitUnits(e) }
-        case ("REFUND_REVERSED", _):
-            if productKind == .consumable { e.units = debitUnits(e) }
         case ("ONE_TIME_CHARGE", _):
             applyOneTime(&e, kind: productKind)
         case (_, .revoke):
@@ -212,7 +209,6 @@ public struct EntitlementMapper: Sendable {
             e.effect = .revoke
             e.reason = family ? "family_revoke" : "refund"
             e.validUntil = revoked
-            if kind == .consumable { e.units = debitUnits(e) }
             return [finish(e, key: "client:\(e.transactionId ?? ""):revoked:\(revoked)")]
         }
         if txn["isUpgraded"]?.boolValue == true {
@@ -315,14 +311,6 @@ public struct EntitlementMapper: Sendable {
         case "Consumable": return .consumable
         default: return nil
         }
-    }
-
-    /// Units a consumable refund debits (and its reversal re-credits): all units, or the refunded share
-    /// (`revocationPercentage` is in thousandths of a percent: 100000 = 100%).
-    private func debitUnits(_ e: EntitlementEvent) -> Int {
-        let full = e.units ?? e.quantity ?? 1
-        guard let pct = e.revocationPercentage, pct >= 0, pct < 100_000 else { return full }
-        return Int((Double(full) * Double(pct) / 100_000).rounded())
     }
 
     private func applyOneTime(_ e: inout EntitlementEvent, kind: ProductCatalogue.ProductKind?) {
