@@ -135,7 +135,7 @@ let package = Package(
         .testTarget(name: "FleetWorkerTests", dependencies: ["FleetWorker", "FleetKafka", "FleetTestPKI", "EntitlementDomain"]),
         .testTarget(name: "FleetSinkTests", dependencies: ["FleetSink", "FleetKafka", "EntitlementDomain"]),
         .testTarget(name: "FleetOperationsTests", dependencies: ["FleetOperations", .product(name: "Logging", package: "swift-log")]),
-        .testTarget(name: "FleetCLITests", dependencies: ["FleetTestPKI", "AppStoreVerification"]),
+        .testTarget(name: "FleetCLITests", dependencies: ["FleetTestPKI", "AppStoreVerification", "FleetKafka", "EntitlementDomain"]),
     ],
     swiftLanguageModes: [.v6]
 )

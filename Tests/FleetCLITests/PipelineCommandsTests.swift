@@ -1,0 +1,103 @@
+import AppStoreVerification
+import EntitlementDomain
+import FleetKafka
+import Foundation
+import Testing
+
+/// The README's commands beyond `fleet verify`, run through the built executable: tail, demo, benchmarks.
+@Suite(.serialized)
+struct PipelineCommandsTests {
+    struct Run {
+        var status: Int32
+        var stdout: String
+        var stderr: String
+        var lastJSON: JSONValue? {
+            stdout.split(separator: "\n").last.flatMap { try? JSONValue.parse(String($0)) }
+        }
+    }
+
+    /// Runs `fleet` with output to files (no pipe can fill up), killing it after `timeout`.
+    static func fleet(_ args: [String], timeout: Duration) async throws -> Run {
+        guard let url = FleetExecutable.url else {
+            throw CocoaError(.fileNoSuchFile, userInfo: [NSLocalizedDescriptionKey: "fleet executable not built"])
+        }
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("fleet-cli-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        let outPath = dir.appendingPathComponent("out").path, errPath = dir.appendingPathComponent("err").path
+        FileManager.default.createFile(atPath: outPath, contents: nil)
+        FileManager.default.createFile(atPath: errPath, contents: nil)
+        let p = Process()
+        p.executableURL = url
+        p.arguments = args
+        p.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: outPath))
+        p.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: errPath))
+        p.standardInput = FileHandle.nullDevice
+        try p.run()
+        let deadline = ContinuousClock.now + timeout
+        while p.isRunning && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(100)) }
+        if p.isRunning {
+            kill(p.processIdentifier, SIGKILL)
+            p.waitUntilExit()
+        }
+        return Run(status: p.isRunning ? -1 : p.terminationStatus,
+                   stdout: (try? String(contentsOfFile: outPath, encoding: .utf8)) ?? "",
+                   stderr: (try? String(contentsOfFile: errPath, encoding: .utf8)) ?? "")
+    }
+
+    @Test func tailShowsEventsAsTheDashboardsSeeThem() async throws {
+        let cluster = try EmbeddedKafkaCluster(brokers: 1)
+        defer { cluster.shutdown() }
+        try cluster.createTopic("entitlements.verified", partitions: 2)
+        let producer = try KafkaProducer(configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers))
+        let kinds = ["SUBSCRIPTION_STARTED", "SUBSCRIPTION_RENEWED", "REFUNDED"]
+        for (i, kind) in kinds.enumerated() {
+            let e = EntitlementEvent(
+                eventId: String(repeating: "\(i)", count: 32), kind: kind, effect: i == 2 ? .revoke : .grant, environment: "Sandbox",
+                subject: "user-\(i)", productId: "com.example.pro.monthly", originalTransactionId: "100\(i)",
+                validUntil: 1_760_000_000_000, signedDate: 1_759_000_000_000 + Int64(i), verifiedAt: 1_759_000_001_000,
+                source: EventSource(topic: "appstore.raw", partition: 0, offset: Int64(i), inputKind: "notification"))
+            _ = try await producer.send(OutgoingMessage(topic: "entitlements.verified", key: Array("100\(i)".utf8), value: e.jsonBytes()))
+        }
+        producer.close()
+        let table = try await Self.fleet(["tail", "--bootstrap-servers", cluster.bootstrapServers, "--from-beginning",
+                                          "--max", "3", "--idle-timeout", "30"], timeout: .seconds(60))
+        #expect(table.status == 0, "\(table.stderr)")
+        for kind in kinds { #expect(table.stdout.contains(kind)) }
+        #expect(table.stdout.contains("REVOKE"))
+        #expect(table.stdout.contains("2025-10-09"), "validUntil shown as a UTC date")
+        #expect(!table.stdout.contains("\u{1B}["), "no colour when stdout is not a terminal")
+        let json = try await Self.fleet(["tail", "--bootstrap-servers", cluster.bootstrapServers, "--from-beginning",
+                                         "--json", "--max", "3", "--idle-timeout", "30"], timeout: .seconds(60))
+        let events = try json.stdout.split(separator: "\n").map { try EntitlementEvent(jsonBytes: Array($0.utf8)) }
+        #expect(Set(events.map(\.kind)) == Set(kinds))
+    }
+
+    @Test func demoRunsTheWholeStackAndStopsCleanly() async throws {
+        let run = try await Self.fleet(["demo", "--subscribers", "12", "--months", "2", "--ticket-buyers", "6", "--rate", "300"],
+                                       timeout: .seconds(240))
+        #expect(run.status == 0, "stdout:\n\(run.stdout.suffix(3000))\nstderr:\n\(run.stderr.suffix(3000))")
+        #expect(run.stdout.contains("== summary"))
+        for reason in ["UNTRUSTED_CHAIN", "INVALID_SIGNATURE", "WRONG_BUNDLE_ID", "MALFORMED_JWS", "LEGACY_RECEIPT_UNSUPPORTED", "UNSUPPORTED_ALGORITHM"] {
+            #expect(run.stdout.contains(reason), "the summary counts \(reason)")
+        }
+        #expect(run.stdout.contains("SUBSCRIPTION_STARTED"))
+        #expect(run.stdout.contains("active entitlements now"))
+        #expect(run.stdout.contains("ticket balances"))
+        #expect(run.stdout.contains("stopped"))
+    }
+
+    @Test func benchmarksPrintTheirFiguresAsJSON() async throws {
+        let worker = try await Self.fleet(["bench", "worker", "--inputs", "1500", "--verify-seconds", "0.3"], timeout: .seconds(180))
+        #expect(worker.status == 0, "\(worker.stdout)\n\(worker.stderr.suffix(2000))")
+        let w = try #require(worker.lastJSON)
+        for key in ["inputs_per_s", "events_per_s", "verify_notifications_per_s_single_thread", "rss_mb"] {
+            #expect((w[key]?.int64Value ?? 0) > 0 || (w[key].map { if case .number(let d) = $0 { return d > 0 }; return false } ?? false), "\(key) in \(w)")
+        }
+        let pipeline = try await Self.fleet(["bench", "pipeline", "--burst", "300", "--rate", "200", "--seconds", "2"], timeout: .seconds(240))
+        #expect(pipeline.status == 0, "\(pipeline.stdout)\n\(pipeline.stderr.suffix(2000))")
+        let p = try #require(pipeline.lastJSON)
+        for key in ["events_per_s", "p50_ms", "p99_ms", "verify_notifications_per_s_single_thread"] {
+            #expect(p[key] != nil, "\(key) in \(p)")
+        }
+    }
+}
