@@ -8,16 +8,12 @@ PG_BIN ?= $(shell ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -
 
 # Installs what is missing on a fresh Debian machine (run as root, as CI does).
 deps:
-	@if ! pkg-config --exists rdkafka 2>/dev/null; then \
-	  echo "installing librdkafka-dev and kcat"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq librdkafka-dev kcat >/dev/null; \
-	fi
-	@if ! command -v kcat >/dev/null 2>&1; then \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kcat >/dev/null || echo "kcat not installed: bench kafka will skip its reference"; \
-	fi
-	@if [ -z "$(PG_BIN)" ] || [ ! -x "$(PG_BIN)/initdb" ]; then \
-	  echo "installing postgresql"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; \
+	@missing=""; \
+	for pkg in librdkafka-dev pkg-config kcat; do dpkg -s $$pkg >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \
+	if [ -z "$(PG_BIN)" ] || [ ! -x "$(PG_BIN)/initdb" ]; then missing="$$missing postgresql"; fi; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
 deps-chart:
@@ -33,7 +29,7 @@ test: deps deps-chart test-swift test-chart
 
 test-swift:
 	$(SWIFT) build --build-tests
-	$(SWIFT) test --skip-build --parallel --num-workers 2
+	$(SWIFT) test --skip-build
 
 test-chart:
 	$(PYTHON) -m pytest -q charts/tests
