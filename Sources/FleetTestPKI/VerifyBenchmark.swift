@@ -110,8 +110,22 @@ public enum VerifyBenchmark {
             notifications_vs_raw_third: raw.rate > 0 ? round3(notes.rate / (raw.rate / 3)) : 0)
     }
 
-    /// Transactions per second with one thread and with `threads` threads, interleaved in short slices.
-    public static func scaling(workload w: Workload, seconds: Double, threads: Int) -> (single: Double, multi: Double) {
+    /// Transactions per second with one thread and with `threads` threads, interleaved in short slices; and the same
+    /// for raw ES256 verifies, which shows how far the machine itself scales (other load, shared cores).
+    public static func scaling(
+        workload w: Workload, seconds: Double, threads: Int
+    ) -> (single: Double, multi: Double, rawSingle: Double, rawMulti: Double) {
+        let leafKey = w.pki.leafKey.publicKey
+        let rawInputs: [([UInt8], P256.Signing.ECDSASignature)] = w.transactions.map { jws in
+            let lastDot = jws.lastIndex(of: UInt8(ascii: "."))!
+            let sig = Base64.decodeURL(String(decoding: jws[(lastDot + 1)...], as: UTF8.self))!
+            return (Array(jws[..<lastDot]), try! P256.Signing.ECDSASignature(rawRepresentation: sig))
+        }
+        let rawOp: @Sendable (Int) -> Bool = { i in
+            let (input, sig) = rawInputs[i % rawInputs.count]
+            return leafKey.isValidSignature(sig, for: input)
+        }
+        var rawSingle = Tally(), rawMulti = Tally()
         let cache = ChainCache()
         let verifier = SignedDataVerifier(policy: w.policy, chainCache: cache)
         _ = try? verifier.verify(w.transactions[0])
@@ -121,8 +135,10 @@ public enum VerifyBenchmark {
         for _ in 0..<max(1, Int((seconds / slice).rounded())) {
             single.add(measure(seconds: slice, threads: 1, txOp))
             multi.add(measure(seconds: slice, threads: threads, txOp))
+            rawSingle.add(measure(seconds: slice / 2, threads: 1, rawOp))
+            rawMulti.add(measure(seconds: slice / 2, threads: threads, rawOp))
         }
-        return (single.rate, multi.rate)
+        return (single.rate, multi.rate, rawSingle.rate, rawMulti.rate)
     }
 
     struct Tally {

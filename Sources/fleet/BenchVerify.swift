@@ -37,7 +37,9 @@ struct BenchVerify: ParsableCommand {
                 checks["single_thread_notifications_vs_raw_third"] = .number(single.notifications_vs_raw_third)
                 checks["transactions_target_met"] = .bool(single.transactions_vs_raw >= 0.85)
                 checks["notifications_target_met"] = .bool(single.notifications_vs_raw_third >= 0.85)
-                let (one, many) = VerifyBenchmark.scaling(workload: workload, seconds: seconds, threads: threads)
+                let (one, many, rawOne, rawMany) = VerifyBenchmark.scaling(
+                    workload: workload, seconds: seconds, threads: threads)
+                checks["raw_es256_scaling"] = .number((rawMany / max(1, rawOne) * 1000).rounded() / 1000)
                 let scaling = many / max(1, one)
                 checks["scaling_single_thread_transactions_per_s"] = .number(one)
                 checks["scaling_transactions_per_s"] = .number(many)
