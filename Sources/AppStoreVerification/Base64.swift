@@ -15,14 +15,33 @@ public enum Base64 {
         return t
     }
 
+    /// Four 256-entry tables of pre-shifted 6-bit values (invalid characters set bit 24), for the 4-character loop.
+    static let stdWide: [UInt32] = makeWide(stdTable)
+    static let urlWide: [UInt32] = makeWide(urlTable)
+
+    static func makeWide(_ t: [UInt8]) -> [UInt32] {
+        var w = [UInt32](repeating: 0, count: 1024)
+        for c in 0..<256 {
+            let v = t[c]
+            for k in 0..<4 {
+                w[k * 256 + c] = v == invalid ? 0x0100_0000 : UInt32(v) << (18 - 6 * UInt32(k))
+            }
+        }
+        return w
+    }
+
     /// Decodes unpadded base64url (JWS segments). Returns nil on any invalid character, padding, or non-canonical tail.
     public static func decodeURL(_ src: UnsafeBufferPointer<UInt8>) -> [UInt8]? {
-        urlTable.withUnsafeBufferPointer { decode(src, table: $0, padded: false) }
+        urlTable.withUnsafeBufferPointer { t in
+            urlWide.withUnsafeBufferPointer { w in decode(src, table: t, wide: w, padded: false) }
+        }
     }
 
     /// Decodes padded standard base64 (x5c certificates).
     public static func decodeStandard(_ src: UnsafeBufferPointer<UInt8>) -> [UInt8]? {
-        stdTable.withUnsafeBufferPointer { decode(src, table: $0, padded: true) }
+        stdTable.withUnsafeBufferPointer { t in
+            stdWide.withUnsafeBufferPointer { w in decode(src, table: t, wide: w, padded: true) }
+        }
     }
 
     public static func decodeStandard(_ s: String) -> [UInt8]? {
@@ -35,7 +54,10 @@ public enum Base64 {
         return s.withUTF8 { decodeURL($0) }
     }
 
-    static func decode(_ src: UnsafeBufferPointer<UInt8>, table t: UnsafeBufferPointer<UInt8>, padded: Bool) -> [UInt8]? {
+    static func decode(
+        _ src: UnsafeBufferPointer<UInt8>, table t: UnsafeBufferPointer<UInt8>, wide w: UnsafeBufferPointer<UInt32>,
+        padded: Bool
+    ) -> [UInt8]? {
         var n = src.count
         if padded {
             guard n % 4 == 0 else { return nil }
@@ -51,17 +73,19 @@ public enum Base64 {
         var ok = true
         let out = [UInt8](unsafeUninitializedCapacity: outCount) { dst, initialized in
             var bad: UInt8 = 0
+            var wideBad: UInt32 = 0
             var o = 0
             var k = 0
             for _ in 0..<full {
-                let a = t[Int(src[k])], b = t[Int(src[k + 1])], c = t[Int(src[k + 2])], d = t[Int(src[k + 3])]
-                bad |= a | b | c | d
-                dst[o] = a << 2 | b >> 4
-                dst[o + 1] = b << 4 | c >> 2
-                dst[o + 2] = c << 6 | d
+                let x = w[Int(src[k])] | w[256 + Int(src[k + 1])] | w[512 + Int(src[k + 2])] | w[768 + Int(src[k + 3])]
+                wideBad |= x
+                dst[o] = UInt8(truncatingIfNeeded: x >> 16)
+                dst[o + 1] = UInt8(truncatingIfNeeded: x >> 8)
+                dst[o + 2] = UInt8(truncatingIfNeeded: x)
                 o += 3
                 k += 4
             }
+            if wideBad & 0xFF00_0000 != 0 { bad |= 0x80 }
             if rem == 2 {
                 let a = t[Int(src[k])], b = t[Int(src[k + 1])]
                 bad |= a | b

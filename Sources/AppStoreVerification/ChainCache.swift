@@ -1,6 +1,14 @@
 import Crypto
 import Synchronization
 
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Musl)
+    import Musl
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
 /// A verified certificate chain: what a cache hit needs to check a message without touching the certificates again.
 public struct VerifiedChain: Sendable {
     /// The leaf's P-256 key (the chain was fully verified when this entry was made).
@@ -36,14 +44,30 @@ public struct ChainCacheKey: Hashable, Sendable {
         self.hash = ChainCacheKey.fastHash(buffer)
     }
 
-    public static func == (a: ChainCacheKey, b: ChainCacheKey) -> Bool { a.hash == b.hash && a.bytes == b.bytes }
+    public static func == (a: ChainCacheKey, b: ChainCacheKey) -> Bool {
+        guard a.hash == b.hash, a.bytes.count == b.bytes.count else { return false }
+        return a.bytes.withUnsafeBytes { pa in
+            b.bytes.withUnsafeBytes { pb in
+                pa.count == 0 || memcmp(pa.baseAddress!, pb.baseAddress!, pa.count) == 0
+            }
+        }
+    }
 
     public func hash(into hasher: inout Hasher) { hasher.combine(hash) }
 
-    /// A fast non-cryptographic hash over all bytes (8 at a time). Collisions only cost a byte comparison, and only
-    /// verified chains are ever inserted, so attacker-chosen keys cannot crowd a bucket.
+    /// A fast non-cryptographic hash of the length and (for long keys) two 1 KiB windows: the start (where the leaf
+    /// certificate's serial number and key are) and the middle. Equality always compares every byte; collisions only
+    /// cost that comparison, and only verified chains are ever inserted, so attacker-chosen keys cannot crowd a bucket.
     static func fastHash(_ p: UnsafeBufferPointer<UInt8>) -> UInt64 {
-        var h: UInt64 = 0x9E37_79B9_7F4A_7C15 ^ UInt64(p.count)
+        let window = 1024
+        if p.count <= 2 * window { return hashBytes(p, seed: UInt64(p.count)) }
+        let mid = p.count / 2 - window / 2
+        let a = hashBytes(UnsafeBufferPointer(rebasing: p[0..<window]), seed: UInt64(p.count))
+        return hashBytes(UnsafeBufferPointer(rebasing: p[mid..<(mid + window)]), seed: a)
+    }
+
+    static func hashBytes(_ p: UnsafeBufferPointer<UInt8>, seed: UInt64) -> UInt64 {
+        var h: UInt64 = 0x9E37_79B9_7F4A_7C15 ^ seed
         let n = p.count
         var k = 0
         if let base = p.baseAddress {

@@ -173,22 +173,39 @@ struct JSONParser {
         var j = start
         var highBit: UInt8 = 0
         let n = buf.count
-        // Fast scan: no escapes.
-        while j < n {
-            let c = buf[j]
-            if c == UInt8(ascii: "\"") {
-                let slice = UnsafeBufferPointer(rebasing: buf[start..<j])
-                i = j + 1
-                if highBit & 0x80 == 0 { return String(decoding: slice, as: UTF8.self) }
-                guard let s = String(validating: slice, as: UTF8.self) else {
-                    throw fail("string is not valid UTF-8", at: start)
-                }
-                return s
+        // Fast scan, 8 bytes at a time (SWAR): stop at a chunk holding '"', '\\', a control byte or a non-ASCII byte,
+        // then look at that chunk byte by byte. ("any byte matches" is exact for these bit tricks.)
+        let raw = UnsafeRawPointer(buf.baseAddress!)
+        let ones: UInt64 = 0x0101_0101_0101_0101
+        let highs: UInt64 = 0x8080_8080_8080_8080
+        scan: while true {
+            while j + 8 <= n {
+                let w = raw.loadUnaligned(fromByteOffset: j, as: UInt64.self)
+                let q = w ^ (ones &* 0x22)
+                let b = w ^ (ones &* 0x5C)
+                let special =
+                    ((q &- ones) & ~q) | ((b &- ones) & ~b) | ((w &- ones &* 0x20) & ~w) | w
+                if special & highs != 0 { break }
+                j += 8
             }
-            if c == UInt8(ascii: "\\") { break }
-            if c < 0x20 { throw fail("control character in string", at: j) }
-            highBit |= c
-            j += 1
+            let end = Swift.min(j + 8, n)
+            while j < end {
+                let c = buf[j]
+                if c == UInt8(ascii: "\"") {
+                    let slice = UnsafeBufferPointer(rebasing: buf[start..<j])
+                    i = j + 1
+                    if highBit & 0x80 == 0 { return String(decoding: slice, as: UTF8.self) }
+                    guard let s = String(validating: slice, as: UTF8.self) else {
+                        throw fail("string is not valid UTF-8", at: start)
+                    }
+                    return s
+                }
+                if c == UInt8(ascii: "\\") { break scan }
+                if c < 0x20 { throw fail("control character in string", at: j) }
+                highBit |= c
+                j += 1
+            }
+            if j >= n { break }
         }
         guard j < n else { throw fail("unterminated string", at: start - 1) }
         // Slow path with escapes.

@@ -3,6 +3,14 @@ import Foundation
 import SwiftASN1
 import X509
 
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Musl)
+    import Musl
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
 /// Verifies App Store signed data (JWS) exactly per `verification.md`, offline, with a shared verified-chain cache.
 ///
 /// Order of checks for every JWS: size bound; three base64url segments; header JSON and `alg == ES256`; payload JSON;
@@ -342,17 +350,18 @@ public final class SignedDataVerifier: Sendable {
         if n > policy.maxInputBytes {
             throw VerificationError(.payloadTooLarge, "JWS is \(n) bytes; the limit is \(policy.maxInputBytes) bytes")
         }
-        // 1. Three segments.
-        var dots = 0
-        var d1 = -1
-        var d2 = -1
-        for k in 0..<n where buf[k] == Self.dot {
-            dots += 1
-            if dots == 1 { d1 = k } else if dots == 2 { d2 = k }
+        // 1. Three segments (memchr: the header alone is ~4.7 KB).
+        guard let base = buf.baseAddress else { throw VerificationError(.malformedJWS, "empty JWS") }
+        guard let p1 = memchr(base, Int32(Self.dot), n) else {
+            throw VerificationError(.malformedJWS, "a compact JWS has three '.'-separated segments; found 1")
         }
-        guard dots == 2 else {
-            throw VerificationError(
-                .malformedJWS, "a compact JWS has three '.'-separated segments; found \(dots + 1)")
+        let d1 = UnsafeRawPointer(p1) - UnsafeRawPointer(base)
+        guard let p2 = memchr(base + d1 + 1, Int32(Self.dot), n - d1 - 1) else {
+            throw VerificationError(.malformedJWS, "a compact JWS has three '.'-separated segments; found 2")
+        }
+        let d2 = UnsafeRawPointer(p2) - UnsafeRawPointer(base)
+        if memchr(base + d2 + 1, Int32(Self.dot), n - d2 - 1) != nil {
+            throw VerificationError(.malformedJWS, "a compact JWS has three '.'-separated segments; found more")
         }
         guard d1 > 0, d2 > d1 + 1, d2 < n - 1 else { throw VerificationError(.malformedJWS, "empty JWS segment") }
         let headerSeg = UnsafeBufferPointer(rebasing: buf[0..<d1])

@@ -71,33 +71,87 @@ public enum VerifyBenchmark {
             let sig = Base64.decodeURL(String(decoding: jws[(lastDot + 1)...], as: UTF8.self))!
             return (Array(jws[..<lastDot]), try! P256.Signing.ECDSASignature(rawRepresentation: sig))
         }
-        let raw = measure(seconds: seconds, threads: threads) { i in
+        let rawOp: @Sendable (Int) -> Bool = { i in
             let (input, sig) = rawInputs[i % rawInputs.count]
             return leafKey.isValidSignature(sig, for: input)
         }
-
         let verifier = SignedDataVerifier(policy: w.policy, chainCache: cache)
         _ = try? verifier.verify(w.transactions[0])  // warm the cache
         let hits0 = cache.hits
         let misses0 = cache.misses
-        let tx = measure(seconds: seconds, threads: threads) { i in
-            (try? verifier.verify(w.transactions[i % w.transactions.count])) != nil
-        }
-        let notes = measure(seconds: seconds, threads: threads) { i in
+        let txOp: @Sendable (Int) -> Bool = { i in (try? verifier.verify(w.transactions[i % w.transactions.count])) != nil }
+        let noteOp: @Sendable (Int) -> Bool = { i in
             (try? verifier.verify(w.notifications[i % w.notifications.count])) != nil
+        }
+        // The phases are interleaved in short slices, so that load from other processes on a shared machine hits
+        // the raw baseline and the verifier alike and the ratios stay meaningful.
+        let slice = 0.25
+        let rounds = max(1, Int((seconds / slice).rounded()))
+        var raw = Tally(), tx = Tally(), notes = Tally()
+        for _ in 0..<rounds {
+            raw.add(measure(seconds: slice, threads: threads, rawOp))
+            tx.add(measure(seconds: slice, threads: threads, txOp))
+            notes.add(measure(seconds: slice, threads: threads, noteOp))
         }
         let hits = cache.hits - hits0
         let misses = cache.misses - misses0
 
         let uncachedVerifier = SignedDataVerifier(policy: w.policy, chainCache: nil)
-        let uncached = measure(seconds: min(seconds, 2), threads: threads) { i in
+        var uncached = Tally()
+        uncached.add(measure(seconds: min(seconds, 2), threads: threads) { i in
             (try? uncachedVerifier.verify(w.transactions[i % w.transactions.count])) != nil
-        }
+        })
         let ratio = hits + misses == 0 ? 0 : Double(hits) / Double(hits + misses)
         return Result(
-            threads: threads, seconds: seconds, transactions_per_s: tx, notifications_per_s: notes,
-            uncached_transactions_per_s: uncached, raw_es256_verifies_per_s: raw, cache_hit_ratio: ratio,
-            transactions_vs_raw: raw > 0 ? tx / raw : 0, notifications_vs_raw_third: raw > 0 ? notes / (raw / 3) : 0)
+            threads: threads, seconds: seconds, transactions_per_s: tx.rate, notifications_per_s: notes.rate,
+            uncached_transactions_per_s: uncached.rate, raw_es256_verifies_per_s: raw.rate,
+            cache_hit_ratio: round3(ratio),
+            transactions_vs_raw: raw.rate > 0 ? round3(tx.rate / raw.rate) : 0,
+            notifications_vs_raw_third: raw.rate > 0 ? round3(notes.rate / (raw.rate / 3)) : 0)
+    }
+
+    /// Transactions per second with one thread and with `threads` threads, interleaved in short slices; and the same
+    /// for raw ES256 verifies, which shows how far the machine itself scales (other load, shared cores).
+    public static func scaling(
+        workload w: Workload, seconds: Double, threads: Int
+    ) -> (single: Double, multi: Double, rawSingle: Double, rawMulti: Double) {
+        let leafKey = w.pki.leafKey.publicKey
+        let rawInputs: [([UInt8], P256.Signing.ECDSASignature)] = w.transactions.map { jws in
+            let lastDot = jws.lastIndex(of: UInt8(ascii: "."))!
+            let sig = Base64.decodeURL(String(decoding: jws[(lastDot + 1)...], as: UTF8.self))!
+            return (Array(jws[..<lastDot]), try! P256.Signing.ECDSASignature(rawRepresentation: sig))
+        }
+        let rawOp: @Sendable (Int) -> Bool = { i in
+            let (input, sig) = rawInputs[i % rawInputs.count]
+            return leafKey.isValidSignature(sig, for: input)
+        }
+        var rawSingle = Tally(), rawMulti = Tally()
+        let cache = ChainCache()
+        let verifier = SignedDataVerifier(policy: w.policy, chainCache: cache)
+        _ = try? verifier.verify(w.transactions[0])
+        let txOp: @Sendable (Int) -> Bool = { i in (try? verifier.verify(w.transactions[i % w.transactions.count])) != nil }
+        var single = Tally(), multi = Tally()
+        let slice = 0.25
+        for _ in 0..<max(1, Int((seconds / slice).rounded())) {
+            single.add(measure(seconds: slice, threads: 1, txOp))
+            multi.add(measure(seconds: slice, threads: threads, txOp))
+            rawSingle.add(measure(seconds: slice / 2, threads: 1, rawOp))
+            rawMulti.add(measure(seconds: slice / 2, threads: threads, rawOp))
+        }
+        return (single.rate, multi.rate, rawSingle.rate, rawMulti.rate)
+    }
+
+    struct Tally {
+        var ops = 0.0
+        var time = 0.0
+        mutating func add(_ m: (ops: Int, seconds: Double)) {
+            ops += Double(m.ops)
+            time += m.seconds
+        }
+        var rate: Double { time > 0 ? (ops / time).rounded() : 0 }
+    }
+
+    static func round3(_ x: Double) -> Double { (x * 1000).rounded() / 1000
     }
 
     /// Per-thread results, written once per thread under the lock.
@@ -125,8 +179,8 @@ public enum VerifyBenchmark {
         }
     }
 
-    /// Operations per second over `seconds`, summed over `threads` OS threads. Failed operations are not counted.
-    static func measure(seconds: Double, threads: Int, _ op: @escaping @Sendable (Int) -> Bool) -> Double {
+    /// Successful operations summed over `threads` OS threads running for `seconds`, and the elapsed time.
+    static func measure(seconds: Double, threads: Int, _ op: @escaping @Sendable (Int) -> Bool) -> (ops: Int, seconds: Double) {
         let counter = Counter(threads)
         let group = DispatchGroup()
         let start = DispatchTime.now().uptimeNanoseconds
@@ -157,6 +211,6 @@ public enum VerifyBenchmark {
         let (total, failed, lastEnd) = counter.totals()
         let elapsed = Double(max(lastEnd, deadline) - start) / 1e9
         if failed > 0 { FileHandle.standardError.write(Data("benchmark: \(failed) operations failed\n".utf8)) }
-        return (Double(total - failed) / elapsed).rounded()
+        return (total - failed, elapsed)
     }
 }

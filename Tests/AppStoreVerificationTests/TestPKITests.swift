@@ -1,0 +1,39 @@
+import AppStoreVerification
+import Crypto
+import Foundation
+import FleetTestPKI
+import SwiftASN1
+import Testing
+import X509
+
+@Suite struct TestPKIShape {
+    @Test func chainIsShapedLikeApples() throws {
+        let pki = Fixtures.pki
+        #expect(P384.Signing.PublicKey(pki.root.publicKey) != nil)
+        #expect(P384.Signing.PublicKey(pki.intermediate.publicKey) != nil)
+        #expect(P256.Signing.PublicKey(pki.leaf.publicKey) != nil)
+        #expect(pki.leaf.extensions[oid: TestPKI.appleLeafOID] != nil)
+        #expect(pki.intermediate.extensions[oid: TestPKI.appleIntermediateOID] != nil)
+        #expect(try pki.intermediate.extensions.basicConstraints == .isCertificateAuthority(maxPathLength: 0))
+        #expect(pki.x5c.count == 3)
+        #expect(pki.rootPEM.hasPrefix("-----BEGIN CERTIFICATE-----"))
+        #expect(try Certificate(derEncoded: pki.rootDER) == pki.root)
+    }
+
+    @Test func signerHeaderIsStableForOneChain() {
+        let a = Fixtures.pki.sign(Fixtures.transaction())
+        let b = Fixtures.pki.sign(TestPayloads.renewalInfo(originalTransactionId: "1"))
+        #expect(a.split(separator: ".")[0] == b.split(separator: ".")[0])
+    }
+
+    @Test func benchmarkRunsAndEveryOperationSucceeds() throws {
+        let cache = ChainCache()
+        let r = try VerifyBenchmark.run(seconds: 0.25, threads: 1, cache: cache)
+        #expect(r.transactions_per_s > 0)
+        #expect(r.notifications_per_s > 0)
+        #expect(r.uncached_transactions_per_s > 0)
+        #expect(r.raw_es256_verifies_per_s > 0)
+        #expect(r.cache_hit_ratio == 1)
+        #expect(cache.misses == 1)
+    }
+}
