@@ -111,6 +111,9 @@ let package = Package(
                 "AppStoreVerification", "FleetTestPKI", "EntitlementDomain", "FleetKafka",
                 "FleetOperations", "FleetWorker", "FleetSink",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -120,7 +123,14 @@ let package = Package(
         .testTarget(name: "EntitlementDomainTests", dependencies: ["EntitlementDomain", "AppStoreVerification", "FleetTestPKI"]),
         .testTarget(name: "FleetKafkaTests", dependencies: ["FleetKafka"]),
         .testTarget(name: "FleetWorkerTests", dependencies: ["FleetWorker", "FleetKafka", "FleetTestPKI", "EntitlementDomain"]),
-        .testTarget(name: "FleetSinkTests", dependencies: ["FleetSink", "FleetKafka", "EntitlementDomain"]),
+        .testTarget(
+            name: "FleetSinkTests",
+            dependencies: [
+                "FleetSink", "FleetKafka", "EntitlementDomain", "AppStoreVerification",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]),
         .testTarget(name: "FleetCLITests", dependencies: ["FleetTestPKI", "AppStoreVerification"]),
     ],
     swiftLanguageModes: [.v6]

@@ -5,6 +5,6 @@ struct Fleet: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "fleet",
         abstract: "entitlement-fleet: verify App Store JWS from Kafka and maintain entitlements in PostgreSQL.",
-        subcommands: [Migrate.self]
+        subcommands: [DevKafka.self, Publish.self, Lag.self, Consume.self, Sink.self, Migrate.self]
     )
 }

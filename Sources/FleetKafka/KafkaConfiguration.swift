@@ -1,0 +1,172 @@
+import CRdKafka
+import Logging
+
+/// Client configuration shared by producer, consumer and admin.
+///
+/// Fleet defaults are applied first; `properties` (any librdkafka property, verbatim) are applied LAST, so a deployment
+/// can override every default and add `security.protocol`, `sasl.*`, `ssl.*` etc. without code changes.
+public struct KafkaConfiguration: Sendable {
+    /// `bootstrap.servers`: comma-separated `host:port` list.
+    public var bootstrapServers: String
+    /// `client.id`.
+    public var clientId: String
+    /// librdkafka properties passed through verbatim and applied after all defaults.
+    public var properties: [String: String]
+
+    // MARK: producer
+    /// `enable.idempotence` (acks=all, ordered, retried without duplicates). Default on.
+    public var idempotence: Bool
+    /// `linger.ms`.
+    public var lingerMilliseconds: Int
+    /// Bound on messages enqueued but not yet acknowledged by a delivery report (backpressure).
+    public var maxInFlightMessages: Int
+    /// `message.timeout.ms`: how long librdkafka keeps retrying a message before failing it with `_MSG_TIMED_OUT`.
+    public var messageTimeoutMilliseconds: Int
+
+    // MARK: consumer
+    /// `session.timeout.ms`.
+    public var sessionTimeoutMilliseconds: Int
+    /// `heartbeat.interval.ms`.
+    public var heartbeatIntervalMilliseconds: Int
+    /// `max.poll.interval.ms`.
+    public var maxPollIntervalMilliseconds: Int
+    /// `auto.commit.interval.ms` (stored offsets are committed in the background at this interval and on close/revoke).
+    public var autoCommitIntervalMilliseconds: Int
+    /// `auto.offset.reset` for partitions without a committed offset: `earliest` (default) or `latest`.
+    public var autoOffsetReset: String
+    /// Messages fetched by the poll thread and not yet handed to the application; the poll thread stops polling
+    /// when this many are buffered (backpressure into librdkafka's own bounded fetch queue).
+    public var maxBufferedMessages: Int
+
+    public init(
+        bootstrapServers: String,
+        clientId: String = "fleet",
+        properties: [String: String] = [:],
+        idempotence: Bool = true,
+        lingerMilliseconds: Int = 5,
+        maxInFlightMessages: Int = 100_000,
+        messageTimeoutMilliseconds: Int = 300_000,
+        sessionTimeoutMilliseconds: Int = 10_000,
+        heartbeatIntervalMilliseconds: Int = 1_000,
+        maxPollIntervalMilliseconds: Int = 300_000,
+        autoCommitIntervalMilliseconds: Int = 1_000,
+        autoOffsetReset: String = "earliest",
+        maxBufferedMessages: Int = 10_000
+    ) {
+        self.bootstrapServers = bootstrapServers
+        self.clientId = clientId
+        self.properties = properties
+        self.idempotence = idempotence
+        self.lingerMilliseconds = lingerMilliseconds
+        self.maxInFlightMessages = maxInFlightMessages
+        self.messageTimeoutMilliseconds = messageTimeoutMilliseconds
+        self.sessionTimeoutMilliseconds = sessionTimeoutMilliseconds
+        self.heartbeatIntervalMilliseconds = heartbeatIntervalMilliseconds
+        self.maxPollIntervalMilliseconds = maxPollIntervalMilliseconds
+        self.autoCommitIntervalMilliseconds = autoCommitIntervalMilliseconds
+        self.autoOffsetReset = autoOffsetReset
+        self.maxBufferedMessages = maxBufferedMessages
+    }
+
+    /// Parses `key=value` strings (as given to `--kafka-property`).
+    public static func parseProperties(_ pairs: [String]) throws(KafkaError) -> [String: String] {
+        var out: [String: String] = [:]
+        for pair in pairs {
+            guard let eq = pair.firstIndex(of: "="), eq != pair.startIndex else {
+                throw .invalidArgument("librdkafka property '\(pair)' is not of the form key=value")
+            }
+            out[String(pair[..<eq])] = String(pair[pair.index(after: eq)...])
+        }
+        return out
+    }
+
+    func baseProperties() -> [(String, String)] {
+        [("bootstrap.servers", bootstrapServers), ("client.id", clientId)]
+    }
+
+    func producerProperties() -> [(String, String)] {
+        baseProperties() + [
+            ("enable.idempotence", idempotence ? "true" : "false"),
+            ("linger.ms", String(lingerMilliseconds)),
+            ("message.timeout.ms", String(messageTimeoutMilliseconds)),
+            // librdkafka's own queue must hold at least our in-flight bound.
+            ("queue.buffering.max.messages", String(max(maxInFlightMessages + 1_000, 1_000))),
+            ("batch.num.messages", "10000"),
+        ] + overrides()
+    }
+
+    func consumerProperties(groupId: String) -> [(String, String)] {
+        baseProperties() + [
+            ("group.id", groupId),
+            ("enable.auto.commit", "true"),
+            ("enable.auto.offset.store", "false"),
+            ("auto.commit.interval.ms", String(autoCommitIntervalMilliseconds)),
+            ("auto.offset.reset", autoOffsetReset),
+            ("session.timeout.ms", String(sessionTimeoutMilliseconds)),
+            ("heartbeat.interval.ms", String(heartbeatIntervalMilliseconds)),
+            ("max.poll.interval.ms", String(maxPollIntervalMilliseconds)),
+            ("enable.partition.eof", "false"),
+        ] + overrides()
+    }
+
+    /// Properties for short-lived admin/metadata handles.
+    func adminProperties(groupId: String? = nil) -> [(String, String)] {
+        var props = baseProperties()
+        if let groupId { props.append(("group.id", groupId)) }
+        // Pass through only what is relevant to connecting (security etc.) and anything the user set explicitly.
+        return props + overrides()
+    }
+
+    private func overrides() -> [(String, String)] {
+        properties.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
+    }
+}
+
+// MARK: - librdkafka conf helpers
+
+let librdkafkaLogger = Logger(label: "librdkafka")
+
+private let logCallback: @convention(c) (OpaquePointer?, Int32, UnsafePointer<CChar>?, UnsafePointer<CChar>?) -> Void = {
+    _, level, facility, buf in
+    let text = buf.map { String(cString: $0) } ?? ""
+    let fac = facility.map { String(cString: $0) } ?? ""
+    let swiftLevel: Logger.Level
+    switch level {
+    case ...3: swiftLevel = .error
+    case 4: swiftLevel = .warning
+    case 5...6: swiftLevel = .info
+    default: swiftLevel = .debug
+    }
+    librdkafkaLogger.log(level: swiftLevel, "\(fac): \(text)")
+}
+
+/// Builds an `rd_kafka_conf_t`. The caller owns the result until it hands it to `rd_kafka_new`.
+func makeConf(_ properties: [(String, String)]) throws(KafkaError) -> OpaquePointer {
+    guard let conf = rd_kafka_conf_new() else { throw .invalidArgument("rd_kafka_conf_new failed") }
+    var errstr = [CChar](repeating: 0, count: 512)
+    for (key, value) in properties {
+        let res = rd_kafka_conf_set(conf, key, value, &errstr, errstr.count)
+        if res != RD_KAFKA_CONF_OK {
+            rd_kafka_conf_destroy(conf)
+            let detail = String(decoding: errstr.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            throw .invalidArgument("librdkafka property \(key)=\(value): \(detail)")
+        }
+    }
+    rd_kafka_conf_set_log_cb(conf, logCallback)
+    return conf
+}
+
+/// `rd_kafka_new`; takes ownership of `conf` in every case.
+func makeHandle(_ type: rd_kafka_type_t, conf: OpaquePointer) throws(KafkaError) -> OpaquePointer {
+    var errstr = [CChar](repeating: 0, count: 512)
+    guard let rk = rd_kafka_new(type, conf, &errstr, errstr.count) else {
+        rd_kafka_conf_destroy(conf)
+        let detail = String(decoding: errstr.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        throw .invalidArgument("rd_kafka_new failed: \(detail)")
+    }
+    return rk
+}
+
+func errorString(_ buffer: [CChar]) -> String {
+    String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+}

@@ -1,0 +1,541 @@
+import CRdKafka
+import Foundation
+import Logging
+
+/// A change of this member's partition assignment.
+public enum AssignmentChange: Sendable, Hashable {
+    /// Partitions added to this member.
+    case assigned(Set<TopicPartition>)
+    /// Partitions taken away (revoked or lost). Work in flight for them must be dropped: the new owner redelivers it,
+    /// and `markProcessed` for them is ignored from now on.
+    case revoked(Set<TopicPartition>, lost: Bool)
+}
+
+private struct BatchWaiter {
+    let id: UInt64
+    let maxMessages: Int
+    let deadline: ContinuousClock.Instant
+    let continuation: CheckedContinuation<Result<[KafkaMessage], KafkaError>, Never>
+}
+
+private struct ConsumerState {
+    var buffer: [KafkaMessage] = []
+    var bufferHead = 0
+    var waiters: [BatchWaiter] = []
+    var nextWaiterId: UInt64 = 0
+    var assignment: Set<TopicPartition> = []
+    var trackers: [TopicPartition: OffsetTracker] = [:]
+    var joined = false
+    var stopRequested = false
+    /// The poll thread has finished closing; the handle is destroyed or about to be.
+    var handleGone = false
+    var fatal: KafkaError?
+
+    var buffered: Int { buffer.count - bufferHead }
+
+    mutating func take(_ max: Int) -> [KafkaMessage] {
+        let n = min(max, buffered)
+        let out = Array(buffer[bufferHead..<(bufferHead + n)])
+        bufferHead += n
+        if bufferHead == buffer.count {
+            buffer.removeAll(keepingCapacity: true)
+            bufferHead = 0
+        } else if bufferHead > 2048 {
+            buffer.removeFirst(bufferHead)
+            bufferHead = 0
+        }
+        for m in out { trackers[m.topicPartition, default: OffsetTracker()].handOut(m.offset) }
+        return out
+    }
+
+    mutating func drop(_ partitions: Set<TopicPartition>) {
+        for tp in partitions { trackers.removeValue(forKey: tp) }
+        if buffered > 0 {
+            let kept = buffer[bufferHead...].filter { !partitions.contains($0.topicPartition) }
+            buffer = Array(kept)
+            bufferHead = 0
+        }
+    }
+}
+
+/// Owns the consumer handle and its poll thread.
+final class ConsumerCore: Sendable {
+    /// The `rd_kafka_t*`; librdkafka handles are thread-safe. Destroyed only by the poll thread after it set
+    /// `handleGone` under the state lock; every other use happens with the lock held and `handleGone == false`.
+    nonisolated(unsafe) let handle: OpaquePointer
+    private let state = ConditionLock(ConsumerState())
+    private let closeDone = ConditionLock<Bool>(false)
+    private let maxBuffered: Int
+    let logger: Logger
+    let groupId: String
+    let assignmentStream: AsyncStream<AssignmentChange>
+    private let assignmentContinuation: AsyncStream<AssignmentChange>.Continuation
+    private let handler = ConditionLock<(@Sendable (AssignmentChange) -> Void)?>(nil)
+
+    init(configuration: KafkaConfiguration, groupId: String, topics: [String]) throws(KafkaError) {
+        guard !topics.isEmpty else { throw .invalidArgument("a consumer needs at least one topic") }
+        guard !groupId.isEmpty else { throw .invalidArgument("a consumer needs a group id") }
+        self.groupId = groupId
+        self.maxBuffered = max(1, configuration.maxBufferedMessages)
+        var logger = Logger(label: "fleet.kafka.consumer")
+        logger[metadataKey: "group"] = "\(groupId)"
+        self.logger = logger
+        (assignmentStream, assignmentContinuation) = AsyncStream.makeStream(of: AssignmentChange.self)
+        let conf = try makeConf(configuration.consumerProperties(groupId: groupId))
+        rd_kafka_conf_set_rebalance_cb(conf, consumerRebalanceCallback)
+        rd_kafka_conf_set_error_cb(conf, consumerErrorCallback)
+        handle = try makeHandle(RD_KAFKA_CONSUMER, conf: conf)
+        ConsumerRegistry.shared.register(handle, self)
+        rd_kafka_poll_set_consumer(handle)
+        let list = rd_kafka_topic_partition_list_new(Int32(topics.count))
+        for t in topics { rd_kafka_topic_partition_list_add(list, t, RD_KAFKA_PARTITION_UA) }
+        let err = rd_kafka_subscribe(handle, list)
+        rd_kafka_topic_partition_list_destroy(list)
+        if err != RD_KAFKA_RESP_ERR_NO_ERROR {
+            ConsumerRegistry.shared.unregister(handle)
+            rd_kafka_destroy(handle)
+            throw KafkaError(err, message: "subscribe to \(topics): \(String(cString: rd_kafka_err2str(err)))")
+        }
+        let core = self
+        startThread(name: "fleet-kafka-consumer-poll") { core.pollLoop() }
+    }
+
+    func setHandler(_ h: (@Sendable (AssignmentChange) -> Void)?) { handler.withLock { $0 = h } }
+
+    // MARK: poll thread
+
+    var stopRequestedOrGone: Bool { state.withLock { $0.stopRequested || $0.handleGone } }
+
+    private func pollLoop() {
+        var names: [UInt: String] = [:]
+        var batch: [KafkaMessage] = []
+        batch.reserveCapacity(1000)
+        while true {
+            let (stop, full) = state.withLock { s in (s.stopRequested, s.buffered >= maxBuffered) }
+            if stop { break }
+            if full {
+                // Backpressure: let the application catch up; messages stay in librdkafka's bounded fetch queue.
+                state.wait(until: { $0.stopRequested || $0.buffered < self.maxBuffered }, timeoutSeconds: 0.1) { s, _ in
+                    expireWaiters(&s)
+                }.forEach { $0.continuation.resume(returning: .success([])) }
+                continue
+            }
+            var timeout: Int32 = 100
+            while batch.count < 1000, let rkm = rd_kafka_consumer_poll(handle, timeout) {
+                timeout = 0
+                defer { rd_kafka_message_destroy(rkm) }
+                if let message = convert(rkm, names: &names) { batch.append(message) }
+            }
+            var ready: [(BatchWaiter, Result<[KafkaMessage], KafkaError>)] = []
+            state.withLock { s in
+                if !batch.isEmpty {
+                    for m in batch where s.assignment.contains(m.topicPartition) { s.buffer.append(m) }
+                    batch.removeAll(keepingCapacity: true)
+                }
+                while s.buffered > 0, !s.waiters.isEmpty {
+                    let w = s.waiters.removeFirst()
+                    ready.append((w, .success(s.take(w.maxMessages))))
+                }
+                if let f = s.fatal {
+                    ready += s.waiters.map { ($0, .failure(f)) }
+                    s.waiters = []
+                }
+                ready += expireWaiters(&s).map { ($0, .success([])) }
+            }
+            for (w, r) in ready { w.continuation.resume(returning: r) }
+        }
+        // Close: commits stored offsets, serves the final revoke (rebalance callback) and leaves the group.
+        let err = rd_kafka_consumer_close(handle)
+        if err != RD_KAFKA_RESP_ERR_NO_ERROR {
+            logger.warning("consumer close", metadata: ["error": "\(String(cString: rd_kafka_err2name(err)))"])
+        }
+        let waiters = state.withLock { s -> [BatchWaiter] in
+            s.handleGone = true
+            s.assignment = []
+            s.trackers = [:]
+            defer { s.waiters = [] }
+            return s.waiters
+        }
+        waiters.forEach { $0.continuation.resume(returning: .success([])) }
+        ConsumerRegistry.shared.unregister(handle)
+        rd_kafka_destroy(handle)
+        assignmentContinuation.finish()
+        closeDone.withLock { $0 = true }
+        closeDone.broadcast()
+    }
+
+    private func expireWaiters(_ s: inout ConsumerState) -> [BatchWaiter] {
+        guard !s.waiters.isEmpty else { return [] }
+        let now = ContinuousClock.now
+        var expired: [BatchWaiter] = []
+        s.waiters.removeAll { w in
+            if w.deadline <= now || s.stopRequested { expired.append(w); return true }
+            return false
+        }
+        return expired
+    }
+
+    private func convert(_ rkm: UnsafeMutablePointer<rd_kafka_message_t>, names: inout [UInt: String]) -> KafkaMessage? {
+        let m = rkm.pointee
+        if m.err != RD_KAFKA_RESP_ERR_NO_ERROR {
+            if m.err == RD_KAFKA_RESP_ERR__PARTITION_EOF { return nil }
+            let text = rd_kafka_message_errstr(rkm).map { String(cString: $0) } ?? ""
+            if m.err == RD_KAFKA_RESP_ERR__FATAL {
+                var buf = [CChar](repeating: 0, count: 512)
+                let code = rd_kafka_fatal_error(handle, &buf, buf.count)
+                setFatal(KafkaError(code, message: "fatal: \(errorString(buf))", isFatal: true))
+            } else {
+                logger.warning("consumer error", metadata: [
+                    "error": "\(String(cString: rd_kafka_err2name(m.err)))", "detail": "\(text)",
+                ])
+            }
+            return nil
+        }
+        let topic: String
+        if let rkt = m.rkt {
+            let key = UInt(bitPattern: rkt)
+            if let t = names[key] { topic = t } else {
+                topic = String(cString: rd_kafka_topic_name(rkt))
+                names[key] = topic
+            }
+        } else { topic = "" }
+        let value: [UInt8] = m.payload.map { Array(UnsafeRawBufferPointer(start: $0, count: m.len)) } ?? []
+        let key: [UInt8]? = m.key.map { Array(UnsafeRawBufferPointer(start: $0, count: m.key_len)) }
+        var headers: [KafkaHeader] = []
+        var hdrs: OpaquePointer?
+        if rd_kafka_message_headers(rkm, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR, let hdrs {
+            var idx = 0
+            var name: UnsafePointer<CChar>?
+            var val: UnsafeRawPointer?
+            var size = 0
+            while rd_kafka_header_get_all(hdrs, idx, &name, &val, &size) == RD_KAFKA_RESP_ERR_NO_ERROR {
+                let v: [UInt8] = val.map { Array(UnsafeRawBufferPointer(start: $0, count: size)) } ?? []
+                headers.append(KafkaHeader(key: name.map { String(cString: $0) } ?? "", value: v))
+                idx += 1
+            }
+        }
+        var tstype = RD_KAFKA_TIMESTAMP_NOT_AVAILABLE
+        let ts = rd_kafka_message_timestamp(rkm, &tstype)
+        return KafkaMessage(topic: topic, partition: m.partition, offset: m.offset, key: key, value: value,
+                            headers: headers,
+                            timestampMilliseconds: tstype == RD_KAFKA_TIMESTAMP_NOT_AVAILABLE ? nil : ts)
+    }
+
+    func setFatal(_ error: KafkaError) {
+        logger.error("consumer fatal error", metadata: ["error": "\(error)"])
+        state.withLock { s in if s.fatal == nil { s.fatal = error } }
+    }
+
+    fileprivate func onError(code: Int32, reason: String) {
+        if code == RD_KAFKA_RESP_ERR__FATAL.rawValue {
+            var buf = [CChar](repeating: 0, count: 512)
+            let orig = rd_kafka_fatal_error(handle, &buf, buf.count)
+            setFatal(KafkaError(orig, message: "fatal: \(errorString(buf))", isFatal: true))
+        } else {
+            logger.debug("consumer error event", metadata: ["code": "\(code)", "reason": "\(reason)"])
+        }
+    }
+
+    /// Runs on the poll thread inside rd_kafka_consumer_poll / rd_kafka_consumer_close.
+    fileprivate func rebalance(_ err: rd_kafka_resp_err_t, _ list: UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?) {
+        var partitions: Set<TopicPartition> = []
+        if let list {
+            for i in 0..<Int(list.pointee.cnt) {
+                let e = list.pointee.elems[i]
+                partitions.insert(TopicPartition(topic: String(cString: e.topic), partition: e.partition))
+            }
+        }
+        let cooperative = String(cString: rd_kafka_rebalance_protocol(handle)) == "COOPERATIVE"
+        let change: AssignmentChange
+        switch err {
+        case RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS:
+            state.withLock { s in
+                s.joined = true
+                for tp in partitions {
+                    s.assignment.insert(tp)
+                    s.trackers[tp] = OffsetTracker()
+                }
+            }
+            if cooperative {
+                if let e = rd_kafka_incremental_assign(handle, list) { logAssignError(KafkaError(consuming: e)) }
+            } else {
+                let e = rd_kafka_assign(handle, list)
+                if e != RD_KAFKA_RESP_ERR_NO_ERROR { logAssignError(KafkaError(e)) }
+            }
+            change = .assigned(partitions)
+        case RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS:
+            let lost = rd_kafka_assignment_lost(handle) != 0
+            // Drop tracking first: completions for these partitions no longer store anything. Offsets stored so far
+            // are committed by librdkafka when it unassigns (auto-commit on).
+            state.withLock { s in
+                s.assignment.subtract(partitions)
+                s.drop(partitions)
+            }
+            if cooperative {
+                if let e = rd_kafka_incremental_unassign(handle, list) { logAssignError(KafkaError(consuming: e)) }
+            } else {
+                let e = rd_kafka_assign(handle, nil)
+                if e != RD_KAFKA_RESP_ERR_NO_ERROR { logAssignError(KafkaError(e)) }
+            }
+            change = .revoked(partitions, lost: lost)
+        default:
+            logger.warning("rebalance error", metadata: ["error": "\(String(cString: rd_kafka_err2name(err)))"])
+            let all = state.withLock { s -> Set<TopicPartition> in
+                let all = s.assignment
+                s.assignment = []
+                s.drop(all)
+                return all
+            }
+            _ = rd_kafka_assign(handle, nil)
+            change = .revoked(all, lost: true)
+        }
+        logger.info("assignment changed", metadata: ["change": "\(change)"])
+        assignmentContinuation.yield(change)
+        handler.withLock { $0 }?(change)
+    }
+
+    private func logAssignError(_ e: KafkaError) {
+        logger.error("assign failed", metadata: ["error": "\(e)"])
+    }
+
+    // MARK: application side
+
+    func nextBatch(maxMessages: Int, timeout: Duration) async throws(KafkaError) -> [KafkaMessage] {
+        let max = Swift.max(1, maxMessages)
+        enum Immediate { case value([KafkaMessage]), fail(KafkaError), wait }
+        let immediate: Immediate = state.withLock { s in
+            if let f = s.fatal { return .fail(f) }
+            if s.buffered > 0 { return .value(s.take(max)) }
+            if s.stopRequested || timeout <= .zero { return .value([]) }
+            return .wait
+        }
+        switch immediate {
+        case .value(let v): state.broadcast(); return v
+        case .fail(let e): throw e
+        case .wait: break
+        }
+        let id = state.withLock { s -> UInt64 in s.nextWaiterId += 1; return s.nextWaiterId }
+        let deadline = ContinuousClock.now + timeout
+        let result = await withTaskCancellationHandler {
+            await withCheckedContinuation { (c: CheckedContinuation<Result<[KafkaMessage], KafkaError>, Never>) in
+                let now: Result<[KafkaMessage], KafkaError>? = state.withLock { s in
+                    if let f = s.fatal { return .failure(f) }
+                    if s.buffered > 0 { return .success(s.take(max)) }
+                    if s.stopRequested || Task.isCancelled { return .success([]) }
+                    s.waiters.append(BatchWaiter(id: id, maxMessages: max, deadline: deadline, continuation: c))
+                    return nil
+                }
+                if let now { c.resume(returning: now) }
+            }
+        } onCancel: {
+            let w = state.withLock { s -> BatchWaiter? in
+                guard let i = s.waiters.firstIndex(where: { $0.id == id }) else { return nil }
+                return s.waiters.remove(at: i)
+            }
+            w?.continuation.resume(returning: .success([]))
+        }
+        state.broadcast()  // the poll thread may be waiting for buffer space
+        return try result.get()
+    }
+
+    /// Marks messages finished; stores offsets for every partition whose contiguous finished prefix advanced.
+    func markProcessed(_ items: [(TopicPartition, Int64)]) {
+        state.withLock { s in
+            guard !s.handleGone else { return }
+            var advances: [TopicPartition: Int64] = [:]
+            for (tp, offset) in items {
+                guard var tracker = s.trackers[tp] else { continue }  // revoked/lost/unknown: dropped
+                if let next = tracker.complete(offset) { advances[tp] = next }
+                s.trackers[tp] = tracker
+            }
+            guard !advances.isEmpty else { return }
+            // Stored under the lock so concurrent completions can never store an older offset after a newer one.
+            let list = rd_kafka_topic_partition_list_new(Int32(advances.count))
+            defer { rd_kafka_topic_partition_list_destroy(list) }
+            for (tp, next) in advances {
+                rd_kafka_topic_partition_list_add(list, tp.topic, tp.partition)?.pointee.offset = next
+            }
+            let err = rd_kafka_offsets_store(handle, list)
+            guard let list else { return }
+            for i in 0..<Int(list.pointee.cnt) {
+                let e = list.pointee.elems[i]
+                guard e.err != RD_KAFKA_RESP_ERR_NO_ERROR else { continue }
+                let tp = TopicPartition(topic: String(cString: e.topic), partition: e.partition)
+                if e.err == RD_KAFKA_RESP_ERR__STATE {
+                    // No longer assigned to us: the new owner redelivers; drop our bookkeeping for it.
+                    s.trackers.removeValue(forKey: tp)
+                    s.assignment.remove(tp)
+                } else {
+                    logger.warning("offsets_store failed", metadata: [
+                        "partition": "\(tp)", "error": "\(String(cString: rd_kafka_err2name(e.err)))",
+                    ])
+                }
+            }
+            if err != RD_KAFKA_RESP_ERR_NO_ERROR && err != RD_KAFKA_RESP_ERR__STATE {
+                logger.debug("offsets_store", metadata: ["error": "\(String(cString: rd_kafka_err2name(err)))"])
+            }
+        }
+    }
+
+    var assignment: Set<TopicPartition> { state.withLock { $0.assignment } }
+    var isReady: Bool { state.withLock { $0.joined && !$0.stopRequested && $0.fatal == nil && !$0.handleGone } }
+    var outstanding: [TopicPartition: Int] { state.withLock { $0.trackers.mapValues(\.outstanding) } }
+    var buffered: Int { state.withLock { $0.buffered } }
+
+    func requestStop() {
+        let waiters = state.withLock { s -> [BatchWaiter] in
+            s.stopRequested = true
+            defer { s.waiters = [] }
+            return s.waiters
+        }
+        state.broadcast()
+        waiters.forEach { $0.continuation.resume(returning: .success([])) }
+    }
+
+    /// Returns true when the close finished within `timeout`.
+    func close(timeout: Duration) async -> Bool {
+        requestStop()
+        if closeDone.withLock({ $0 }) { return true }
+        let shot = OneShot<Bool>()
+        startThread(name: "fleet-kafka-consumer-close-wait") { [closeDone] in
+            closeDone.wait(until: { $0 }, timeoutSeconds: nil) { _, _ in }
+            shot.fulfil(true)
+        }
+        let ok = await shot.wait(timeout: timeout, onTimeout: false)
+        if !ok {
+            logger.error("consumer close did not finish within the deadline; abandoning the handle (librdkafka #4187)")
+        }
+        return ok
+    }
+
+    func closeBlocking(timeoutSeconds: Double) -> Bool {
+        requestStop()
+        return closeDone.wait(until: { $0 }, timeoutSeconds: timeoutSeconds) { v, _ in v }
+    }
+}
+
+final class ConsumerRegistry: Sendable {
+    static let shared = ConsumerRegistry()
+    private let map = ConditionLock<[UInt: ConsumerCore]>([:])
+    func register(_ rk: OpaquePointer, _ core: ConsumerCore) { map.withLock { $0[UInt(bitPattern: rk)] = core } }
+    func unregister(_ rk: OpaquePointer) { _ = map.withLock { $0.removeValue(forKey: UInt(bitPattern: rk)) } }
+    func lookup(_ rk: OpaquePointer?) -> ConsumerCore? {
+        guard let rk else { return nil }
+        return map.withLock { $0[UInt(bitPattern: rk)] }
+    }
+}
+
+private let consumerRebalanceCallback: @convention(c) (OpaquePointer?, rd_kafka_resp_err_t, UnsafeMutablePointer<rd_kafka_topic_partition_list_t>?, UnsafeMutableRawPointer?) -> Void = {
+    rk, err, list, _ in
+    guard let core = ConsumerRegistry.shared.lookup(rk) else {
+        _ = rd_kafka_assign(rk, nil)
+        return
+    }
+    core.rebalance(err, list)
+}
+
+private let consumerErrorCallback: @convention(c) (OpaquePointer?, Int32, UnsafePointer<CChar>?, UnsafeMutableRawPointer?) -> Void = {
+    rk, err, reason, _ in
+    ConsumerRegistry.shared.lookup(rk)?.onError(code: err, reason: reason.map { String(cString: $0) } ?? "")
+}
+
+/// A consumer-group member with at-least-once offset storing.
+///
+/// - Messages are fetched by a dedicated poll thread (never the cooperative pool) into a bounded buffer
+///   (`maxBufferedMessages`); `nextBatch(maxMessages:timeout:)` / `batches(maxMessages:)` hand them out.
+/// - Call `markProcessed` when a message's work is durably done (e.g. its result's delivery report succeeded). The
+///   consumer stores offset+1 only for the contiguous prefix of finished offsets per partition, whatever order
+///   completions arrive in; librdkafka commits stored offsets every `autoCommitIntervalMilliseconds`, on revoke and
+///   on close.
+/// - Rebalance: on revoke/loss, buffered messages and bookkeeping for those partitions are dropped and later
+///   `markProcessed` calls for them are ignored (`__STATE` from offsets_store is handled the same way). Observe
+///   `assignment`, `assignmentChanges` or `onAssignmentChange` to drop in-flight work for lost partitions.
+/// - `close(deadline:)` never waits longer than the deadline (librdkafka 2.0.2 can hang in close, #4187).
+public final class KafkaConsumer: Sendable {
+    let core: ConsumerCore
+
+    public init(configuration: KafkaConfiguration, groupId: String, topics: [String]) throws(KafkaError) {
+        core = try ConsumerCore(configuration: configuration, groupId: groupId, topics: topics)
+    }
+
+    deinit { core.requestStop() }
+
+    public var groupId: String { core.groupId }
+
+    /// Returns up to `maxMessages` messages (in partition order) as soon as any are available, or an empty array
+    /// after `timeout`, on cancellation, or once the consumer is closing. Throws a fatal `KafkaError`.
+    public func nextBatch(maxMessages: Int = 500, timeout: Duration = .milliseconds(500)) async throws(KafkaError) -> [KafkaMessage] {
+        try await core.nextBatch(maxMessages: maxMessages, timeout: timeout)
+    }
+
+    /// Non-empty batches until the consumer is closed (the sequence then ends) or a fatal error is thrown.
+    public func batches(maxMessages: Int = 500) -> KafkaBatches {
+        KafkaBatches(core: core, maxMessages: maxMessages)
+    }
+
+    public func markProcessed(_ message: KafkaMessage) {
+        core.markProcessed([(message.topicPartition, message.offset)])
+    }
+
+    public func markProcessed(topic: String, partition: Int32, offset: Int64) {
+        core.markProcessed([(TopicPartition(topic: topic, partition: partition), offset)])
+    }
+
+    /// Batch form: one offsets_store call for all partitions that advanced.
+    public func markProcessed(_ messages: some Sequence<KafkaMessage>) {
+        core.markProcessed(messages.map { ($0.topicPartition, $0.offset) })
+    }
+
+    /// Partitions currently assigned to this member.
+    public var assignment: Set<TopicPartition> { core.assignment }
+
+    /// Assignment changes (single consumer of the stream); ends when the consumer is closed.
+    public var assignmentChanges: AsyncStream<AssignmentChange> { core.assignmentStream }
+
+    /// Called on the poll thread during a rebalance, before librdkafka applies it. Keep it short.
+    public func onAssignmentChange(_ handler: (@Sendable (AssignmentChange) -> Void)?) { core.setHandler(handler) }
+
+    /// Joined the group (received an assignment, possibly empty) and not closing or failed.
+    public var isReady: Bool { core.isReady }
+
+    /// Handed-out messages per partition not yet part of a stored prefix.
+    public var outstanding: [TopicPartition: Int] { core.outstanding }
+
+    /// Commits stored offsets, leaves the group and releases the client, waiting at most `deadline`.
+    /// Returns true when the close completed in time; false means the close was abandoned (the handle is leaked).
+    @discardableResult
+    public func close(deadline: Duration = .seconds(10)) async -> Bool {
+        await core.close(timeout: deadline)
+    }
+
+    /// Blocking form of `close(deadline:)` for non-async callers.
+    @discardableResult
+    public func closeBlocking(deadline: Duration = .seconds(10)) -> Bool {
+        let c = deadline.components
+        return core.closeBlocking(timeoutSeconds: Double(c.seconds) + Double(c.attoseconds) / 1e18)
+    }
+}
+
+public struct KafkaBatches: AsyncSequence, Sendable {
+    public typealias Element = [KafkaMessage]
+    let core: ConsumerCore
+    let maxMessages: Int
+
+    public struct AsyncIterator: AsyncIteratorProtocol {
+        let core: ConsumerCore
+        let maxMessages: Int
+        public mutating func next() async throws -> [KafkaMessage]? {
+            while true {
+                let batch = try await core.nextBatch(maxMessages: maxMessages, timeout: .seconds(1))
+                if !batch.isEmpty { return batch }
+                if Task.isCancelled || !core.isRunning { return nil }
+            }
+        }
+    }
+
+    public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(core: core, maxMessages: maxMessages) }
+}
+
+extension ConsumerCore {
+    var isRunning: Bool { !stopRequestedOrGone }
+}

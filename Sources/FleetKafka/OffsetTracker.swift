@@ -1,0 +1,54 @@
+/// Per-partition at-least-once bookkeeping: which handed-out offsets are finished, and the next offset that may be
+/// stored (offset + 1 of the last finished message of the contiguous finished prefix), whatever order work
+/// completes in.
+struct OffsetTracker: Sendable {
+    /// Offsets handed to the application, ascending; `pending[head...]` are not yet part of the stored prefix.
+    private(set) var pending: [Int64] = []
+    private var head = 0
+    private var done: Set<Int64> = []
+    /// Highest offset that was stored (offset + 1 semantics), or nil.
+    private(set) var stored: Int64?
+
+    var outstanding: Int { pending.count - head }
+
+    /// Records that `offset` was handed out. Offsets are normally ascending; a rewind (a re-fetch after an offset
+    /// reset or seek) restarts the bookkeeping from there, since everything after it will be delivered again.
+    mutating func handOut(_ offset: Int64) {
+        if let last = pending.last, offset <= last {
+            pending.removeAll(keepingCapacity: true)
+            head = 0
+            done.removeAll(keepingCapacity: true)
+        }
+        pending.append(offset)
+    }
+
+    /// Marks `offset` finished. Returns the new offset to store (last finished contiguous offset + 1) if the prefix
+    /// advanced, nil otherwise (an unknown or already finished offset changes nothing).
+    mutating func complete(_ offset: Int64) -> Int64? {
+        guard head < pending.count, offset >= pending[head], offset <= pending[pending.count - 1] else { return nil }
+        // Binary search: only offsets that were actually handed out count.
+        var lo = head, hi = pending.count - 1
+        var found = false
+        while lo <= hi {
+            let mid = (lo + hi) / 2
+            if pending[mid] == offset { found = true; break }
+            if pending[mid] < offset { lo = mid + 1 } else { hi = mid - 1 }
+        }
+        guard found else { return nil }
+        done.insert(offset)
+        var advanced: Int64?
+        while head < pending.count, done.remove(pending[head]) != nil {
+            advanced = pending[head] + 1
+            head += 1
+        }
+        if head == pending.count {
+            pending.removeAll(keepingCapacity: true)
+            head = 0
+        } else if head > 4096, head * 2 > pending.count {
+            pending.removeFirst(head)
+            head = 0
+        }
+        if let advanced { stored = advanced }
+        return advanced
+    }
+}

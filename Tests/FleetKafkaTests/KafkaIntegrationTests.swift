@@ -1,0 +1,266 @@
+import Foundation
+import Synchronization
+import Testing
+
+@testable import FleetKafka
+
+/// Real TCP against librdkafka's mock cluster hosted in the test process. Serialized: each test is CPU-heavy on
+/// a 2-core machine and consumer-group timing (session.timeout 6 s) must not be starved.
+@Suite(.serialized) struct KafkaIntegrationTests {
+
+    /// Consumes until every partition reached `perPartition` messages (or the timeout), marking each processed.
+    /// Returns values per partition in delivery order.
+    static func consumeAll(_ consumer: KafkaConsumer, partitions: Int, perPartition: Int, timeout: Duration) async throws
+        -> [Int32: [(Int64, String)]]
+    {
+        var seen: [Int32: [(Int64, String)]] = [:]
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            let batch = try await consumer.nextBatch(maxMessages: 1000, timeout: .milliseconds(500))
+            for m in batch { seen[m.partition, default: []].append((m.offset, String(decoding: m.value, as: UTF8.self))) }
+            consumer.markProcessed(batch)
+            let distinct = (0..<partitions).map { p in Set(seen[Int32(p)]?.map(\.0) ?? []).count }
+            if distinct.allSatisfy({ $0 >= perPartition }) { break }
+        }
+        return seen
+    }
+
+    @Test func produceThenConsume100kAcrossSixPartitions() async throws {
+        let topic = TestKafka.unique("bulk")
+        let cluster = try await TestKafka.cluster(brokers: 3, topic: topic, partitions: 6)
+        defer { cluster.shutdown() }
+        let perPartition = 100_000 / 6 + 1  // 100,002 messages
+        try await TestKafka.produceSequenced(cluster.bootstrapServers, topic: topic, partitions: 6, perPartition: perPartition)
+
+        let consumer = try KafkaConsumer(configuration: TestKafka.config(cluster.bootstrapServers),
+                                         groupId: TestKafka.unique("bulk-g"), topics: [topic])
+        let seen = try await Self.consumeAll(consumer, partitions: 6, perPartition: perPartition, timeout: .seconds(60))
+        #expect(await consumer.close(deadline: .seconds(10)))
+
+        for p in 0..<6 {
+            let got = seen[Int32(p)] ?? []
+            // Single consumer, no rebalance: every offset exactly once, in order, with the producer's sequence.
+            #expect(got.count == perPartition, "partition \(p): \(got.count) messages")
+            let orderedAndComplete = got.enumerated().allSatisfy { i, e in e.0 == Int64(i) && e.1 == "\(p):\(i)" }
+            #expect(orderedAndComplete, "partition \(p) lost or reordered messages")
+        }
+        // Everything processed was committed on close.
+        let lag = try await KafkaAdmin(configuration: TestKafka.config(cluster.bootstrapServers))
+            .consumerLag(groupId: consumer.groupId, topics: [topic])
+        #expect(lag.map(\.committedOffset) == Array(repeating: Int64(perPartition), count: 6))
+        #expect(lag.totalLag == 0)
+    }
+
+    @Test func lagIsProducedMinusCommittedAndOutOfOrderCompletionNeverSkipsWork() async throws {
+        let topic = TestKafka.unique("lag")
+        let cluster = try await TestKafka.cluster(brokers: 1, topic: topic, partitions: 3)
+        defer { cluster.shutdown() }
+        try await TestKafka.produceSequenced(cluster.bootstrapServers, topic: topic, partitions: 3, perPartition: 100)
+        let config = TestKafka.config(cluster.bootstrapServers)
+        let group = TestKafka.unique("lag-g")
+        let consumer = try KafkaConsumer(configuration: config, groupId: group, topics: [topic])
+        var messages: [Int32: [KafkaMessage]] = [:]
+        let deadline = ContinuousClock.now + .seconds(30)
+        while messages.values.map(\.count).reduce(0, +) < 300, ContinuousClock.now < deadline {
+            for m in try await consumer.nextBatch(maxMessages: 500, timeout: .milliseconds(500)) {
+                messages[m.partition, default: []].append(m)
+            }
+        }
+        #expect(consumer.isReady)
+        #expect(consumer.assignment.count == 3)
+        // Partition 0: finished in reverse order, except offset 40 which never finishes -> committed 40.
+        for m in (messages[0] ?? []).reversed() where m.offset != 40 { consumer.markProcessed(m) }
+        // Partition 1: offsets 0..<70 finished in a shuffled order -> committed 70.
+        for m in (messages[1] ?? []).prefix(70).shuffled() {
+            consumer.markProcessed(topic: m.topic, partition: m.partition, offset: m.offset)
+        }
+        // Partition 2: nothing finished -> no committed offset.
+        #expect(consumer.outstanding[TopicPartition(topic: topic, partition: 0)] == 60)
+        #expect(await consumer.close(deadline: .seconds(10)))
+
+        // 50 more on partition 0 after the commit.
+        let producer = try KafkaProducer(configuration: config)
+        for i in 0..<50 {
+            _ = try await producer.send(OutgoingMessage(topic: topic, value: Array("extra \(i)".utf8), partition: 0))
+        }
+        producer.close()
+
+        let lag = try await KafkaAdmin(configuration: config).consumerLag(groupId: group, topics: [topic])
+        let byPartition = Dictionary(uniqueKeysWithValues: lag.map { ($0.partition, $0) })
+        #expect(byPartition[0]?.committedOffset == 40)
+        #expect(byPartition[0]?.highWatermark == 150)
+        #expect(byPartition[0]?.lag == 110)
+        #expect(byPartition[1]?.committedOffset == 70)
+        #expect(byPartition[1]?.lag == 30)
+        #expect(byPartition[2]?.committedOffset == nil)
+        #expect(byPartition[2]?.lag == 100)
+        #expect(lag.totalLag == 240)
+    }
+
+    @Test func brokerDownForSecondsDuringProductionAndConsumptionLosesNothing() async throws {
+        let topic = TestKafka.unique("down")
+        let cluster = try await TestKafka.cluster(brokers: 3, topic: topic, partitions: 6, replicationFactor: 3)
+        defer { cluster.shutdown() }
+        let config = TestKafka.config(cluster.bootstrapServers)
+        let consumer = try KafkaConsumer(configuration: config, groupId: TestKafka.unique("down-g"), topics: [topic])
+        let producer = try KafkaProducer(configuration: config)
+        let counts = Counts()
+        let perPartition = 1_500
+        let total = perPartition * 6
+
+        // Produce for ~6 s in small steps while the consumer consumes; broker 2 is down from ~1.5 s to ~5.5 s.
+        let produceTask = Task {
+            for seq in 0..<perPartition {
+                for p in 0..<6 {
+                    try producer.enqueue(OutgoingMessage(topic: topic, value: Array("\(p):\(seq)".utf8),
+                                                         partition: Int32(p))) { counts.record($0) }
+                }
+                if seq % 50 == 0 { try await Task.sleep(for: .milliseconds(200)) }
+            }
+        }
+        let faultTask = Task {
+            try await Task.sleep(for: .milliseconds(1500))
+            try cluster.setBrokerDown(2)
+            try await Task.sleep(for: .seconds(4))
+            try cluster.setBrokerUp(2)
+        }
+        let consumeTask = Task {
+            try await Self.consumeAll(consumer, partitions: 6, perPartition: perPartition, timeout: .seconds(90))
+        }
+        try await produceTask.value
+        try await faultTask.value
+        #expect(await producer.flush(deadline: .seconds(60)))
+        producer.close()
+        #expect(counts.ok == total, "delivered \(counts.ok) of \(total); failures: \(counts.failures.prefix(3))")
+        #expect(counts.failures.isEmpty)
+
+        let seen = try await consumeTask.value
+        #expect(await consumer.close(deadline: .seconds(10)))
+        for p in 0..<6 {
+            let got = seen[Int32(p)] ?? []
+            let values = Set(got.map(\.1))
+            let missing = (0..<perPartition).filter { !values.contains("\(p):\($0)") }
+            #expect(missing.isEmpty, "partition \(p) lost \(missing.count) messages, e.g. \(missing.prefix(5))")
+            // Per-partition order of first deliveries is the production order.
+            var firstSeen: [String] = []
+            var dedup = Set<String>()
+            for (_, v) in got where dedup.insert(v).inserted { firstSeen.append(v) }
+            #expect(firstSeen == (0..<perPartition).map { "\(p):\($0)" }, "partition \(p) out of order")
+        }
+    }
+
+    @Test func retriableProduceErrorsAreRetriedWithoutLossOrDuplicates() async throws {
+        let topic = TestKafka.unique("retry")
+        let cluster = try await TestKafka.cluster(brokers: 1, topic: topic, partitions: 1)
+        defer { cluster.shutdown() }
+        let config = TestKafka.config(cluster.bootstrapServers)
+        let producer = try KafkaProducer(configuration: config)
+        // Warm up (producer id, metadata), then inject errors for the next Produce requests.
+        _ = try await producer.send(OutgoingMessage(topic: topic, value: Array("warmup".utf8)))
+        try cluster.pushRequestErrors(apiKey: KafkaAPIKey.produce, errors: [
+            KafkaErrorCode.notLeaderForPartition, KafkaErrorCode.notEnoughReplicas,
+            KafkaErrorCode.leaderNotAvailable, KafkaErrorCode.requestTimedOut, KafkaErrorCode.notEnoughReplicas,
+        ])
+        var reports: [DeliveryReport] = []
+        try await withThrowingTaskGroup(of: DeliveryReport.self) { group in
+            for i in 0..<200 {
+                group.addTask { try await producer.send(OutgoingMessage(topic: topic, value: Array("m\(i)".utf8))) }
+            }
+            for try await r in group { reports.append(r) }
+        }
+        producer.close()
+        #expect(reports.count == 200)
+
+        let consumer = try KafkaConsumer(configuration: config, groupId: TestKafka.unique("retry-g"), topics: [topic])
+        let seen = try await Self.consumeAll(consumer, partitions: 1, perPartition: 201, timeout: .seconds(30))
+        await consumer.close(deadline: .seconds(5))
+        let values = (seen[0] ?? []).map(\.1)
+        #expect(values.count == 201, "idempotent producer: exactly one copy of each message")
+        #expect(Set(values) == Set(["warmup"] + (0..<200).map { "m\($0)" }))
+    }
+
+    @Test(arguments: [
+        (KafkaErrorCode.messageSizeTooLarge, "MSG_SIZE_TOO_LARGE", true),
+        (KafkaErrorCode.invalidRecord, "INVALID_RECORD", true),
+        (KafkaErrorCode.topicAuthorizationFailed, "TOPIC_AUTHORIZATION_FAILED", false),
+    ])
+    func permanentProduceErrorsSurfaceAsTypedErrors(code: Int32, name: String, idempotent: Bool) async throws {
+        let topic = TestKafka.unique("perm")
+        let cluster = try await TestKafka.cluster(brokers: 1, topic: topic, partitions: 1)
+        defer { cluster.shutdown() }
+        var config = TestKafka.config(cluster.bootstrapServers)
+        config.idempotence = idempotent
+        let producer = try KafkaProducer(configuration: config)
+        _ = try await producer.send(OutgoingMessage(topic: topic, value: Array("warmup".utf8)))
+        try cluster.pushRequestErrors(apiKey: KafkaAPIKey.produce, errors: [code])
+        do {
+            let r = try await producer.send(OutgoingMessage(topic: topic, value: Array("denied".utf8)))
+            Issue.record("expected a typed error, got a delivery report \(r)")
+        } catch {
+            #expect(error.code == code)
+            #expect(error.name == name)
+            #expect(!error.isRetriable)
+        }
+        // Afterwards the producer still delivers (or, if librdkafka keeps the topic failed, reports that typed).
+        do {
+            let ok = try await producer.send(OutgoingMessage(topic: topic, value: Array("after".utf8)))
+            #expect(ok.offset >= 1)
+        } catch {
+            #expect(error.code == code, "unexpected follow-up error \(error)")
+        }
+        producer.close()
+    }
+
+    @Test func unreachableLeaderSurfacesMessageTimeout() async throws {
+        let topic = TestKafka.unique("timeout")
+        let cluster = try await TestKafka.cluster(brokers: 1, topic: topic, partitions: 1)
+        defer { cluster.shutdown() }
+        var config = TestKafka.config(cluster.bootstrapServers)
+        config.messageTimeoutMilliseconds = 1500
+        let producer = try KafkaProducer(configuration: config)
+        _ = try await producer.send(OutgoingMessage(topic: topic, value: Array("warmup".utf8)))
+        try cluster.setBrokerDown(1)
+        let started = ContinuousClock.now
+        do {
+            _ = try await producer.send(OutgoingMessage(topic: topic, value: Array("lost?".utf8)))
+            Issue.record("expected _MSG_TIMED_OUT")
+        } catch {
+            #expect(error.code == KafkaErrorCode.messageTimedOut)
+            #expect(error.isRetriable)
+        }
+        #expect(ContinuousClock.now - started < .seconds(15))
+        try cluster.setBrokerUp(1)
+        producer.close()
+    }
+
+    @Test func consumerCloseRespectsItsDeadlineAndRevokeDropsWork() async throws {
+        let topic = TestKafka.unique("close")
+        let cluster = try await TestKafka.cluster(brokers: 1, topic: topic, partitions: 2)
+        defer { cluster.shutdown() }
+        try await TestKafka.produceSequenced(cluster.bootstrapServers, topic: topic, partitions: 2, perPartition: 10)
+        let consumer = try KafkaConsumer(configuration: TestKafka.config(cluster.bootstrapServers),
+                                         groupId: TestKafka.unique("close-g"), topics: [topic])
+        let changes = Recorder<AssignmentChange>()
+        consumer.onAssignmentChange { c in changes.append(c) }
+        var got: [KafkaMessage] = []
+        let deadline = ContinuousClock.now + .seconds(20)
+        while got.count < 20, ContinuousClock.now < deadline {
+            got += try await consumer.nextBatch(maxMessages: 100, timeout: .milliseconds(500))
+        }
+        #expect(got.count == 20)
+        let all = Set((0..<2).map { TopicPartition(topic: topic, partition: Int32($0)) })
+        #expect(changes.values.contains(.assigned(all)))
+        #expect(consumer.assignment == all)
+        // Kill the only broker: the close cannot reach the coordinator and must still return by the deadline.
+        try cluster.setBrokerDown(1)
+        let started = ContinuousClock.now
+        _ = await consumer.close(deadline: .seconds(3))
+        #expect(ContinuousClock.now - started < .seconds(5))
+        // After close nothing is tracked and late completions are ignored (no crash, no store).
+        consumer.markProcessed(got)
+        #expect(consumer.assignment.isEmpty)
+        #expect(!consumer.isReady)
+        #expect(try await consumer.nextBatch(maxMessages: 10, timeout: .milliseconds(100)).isEmpty)
+        try cluster.setBrokerUp(1)
+    }
+}
