@@ -50,11 +50,14 @@ public struct SinkConfiguration: Sendable {
     public var maxBatchSize: Int
     public var initialBackoff: Duration
     public var maxBackoff: Duration
+    /// A batch still unfinished after this long is abandoned (connection closed, retried).
+    public var batchTimeout: Duration
 
     public init(
         databaseURL: DatabaseURL, maxBatchSize: Int = 2000, initialBackoff: Duration = .milliseconds(100),
-        maxBackoff: Duration = .seconds(5)
+        maxBackoff: Duration = .seconds(5), batchTimeout: Duration = .seconds(30)
     ) {
+        self.batchTimeout = batchTimeout
         self.databaseURL = databaseURL
         self.maxBatchSize = maxBatchSize
         self.initialBackoff = initialBackoff
@@ -125,6 +128,7 @@ public final class SinkService: Service, Sendable {
 
     public func run() async throws {
         var connection: PostgresConnection?
+        var lastProbe = ContinuousClock.now
         defer { setDatabaseReady(false) }
         do {
             while !Task.isCancelled && !Task.isShuttingDownGracefully {
@@ -135,7 +139,21 @@ public final class SinkService: Service, Sendable {
                 }
                 let records = try await source.nextBatch(maxRecords: configuration.maxBatchSize)
                 metrics.ready.record(isReady ? 1 : 0)
-                if records.isEmpty { continue }
+                if records.isEmpty {
+                    // Idle: probe the database now and then so that readiness notices an outage without traffic.
+                    if let live = connection, ContinuousClock.now - lastProbe > .seconds(1) {
+                        lastProbe = ContinuousClock.now
+                        do {
+                            try await live.query("SELECT 1", logger: logger)
+                        } catch {
+                            logger.warning("database probe failed", metadata: ["error": "\(Self.brief(error))"])
+                            try? await live.close()
+                            connection = nil
+                            setDatabaseReady(false)
+                        }
+                    }
+                    continue
+                }
                 try await process(records, connection: &connection)
                 batchesDone.withLock { $0 += 1 }
             }
@@ -237,7 +255,9 @@ public final class SinkService: Service, Sendable {
                 if connection == nil { connection = try await connect() }
                 guard let live = connection else { continue }
                 setDatabaseReady(true)
-                let outcome = try await applier.apply(batch.map(\.1), connection: live, logger: logger)
+                let outcome = try await guarded(live) {
+                    try await self.applier.apply(batch.map(\.1), connection: live, logger: self.logger)
+                }
                 return (outcome, [])
             } catch {
                 if let state = Self.sqlState(of: error), Self.isDataError(state), let live = connection {
@@ -245,6 +265,39 @@ public final class SinkService: Service, Sendable {
                     return try await isolate(batch, connection: live)
                 }
                 try await backOff(after: error, attempt: &attempt, connection: &connection)
+            }
+        }
+    }
+
+    struct BatchTimedOut: Error, CustomStringConvertible {
+        var limit: Duration
+        var description: String { "the batch did not complete within \(limit); the connection was closed" }
+    }
+
+    /// Runs `body`; if it has not finished within `configuration.batchTimeout`, `BatchTimedOut` is thrown and the
+    /// connection is closed in the background (which fails whatever is pending on it), so a half-dead connection
+    /// can never wedge the sink. The body is not awaited after the timeout: a query stuck on a dead socket must not
+    /// hold the sink (it ends when the connection's channel is torn down).
+    private func guarded<T: Sendable>(
+        _ connection: PostgresConnection, _ body: @escaping @Sendable () async throws -> T
+    ) async throws -> T {
+        let limit = configuration.batchTimeout
+        let logger = self.logger
+        let race = Race<T>()
+        return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
+            race.start(continuation)
+            let work = Task {
+                let result: Result<T, any Error>
+                do { result = .success(try await body()) } catch { result = .failure(error) }
+                race.finish(result)
+            }
+            Task {
+                try? await Task.sleep(for: limit)
+                if race.finish(.failure(BatchTimedOut(limit: limit))) {
+                    logger.error("batch timed out; closing the database connection", metadata: ["limit": "\(limit)"])
+                    work.cancel()
+                    try? await connection.close()
+                }
             }
         }
     }
@@ -395,5 +448,26 @@ extension Duration {
     var nanoseconds: Int64 {
         let c = components
         return c.seconds * 1_000_000_000 + c.attoseconds / 1_000_000_000
+    }
+}
+
+/// Resumes a continuation with whichever result comes first.
+final class Race<T: Sendable>: Sendable {
+    private let state = Mutex<(CheckedContinuation<T, any Error>?, Bool)>((nil, false))
+
+    func start(_ continuation: CheckedContinuation<T, any Error>) {
+        state.withLock { $0.0 = continuation }
+    }
+
+    @discardableResult
+    func finish(_ result: Result<T, any Error>) -> Bool {
+        let continuation = state.withLock { s -> CheckedContinuation<T, any Error>? in
+            if s.1 { return nil }
+            s.1 = true
+            defer { s.0 = nil }
+            return s.0
+        }
+        continuation?.resume(with: result)
+        return continuation != nil
     }
 }

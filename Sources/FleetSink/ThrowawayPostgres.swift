@@ -183,44 +183,53 @@ public final class ThrowawayPostgres: Sendable {
         return Int(UInt16(bigEndian: addr.sin_port))
     }
 
+    /// Runs a server binary (as the postgres user when root) with posix_spawn + waitpid. Foundation's `Process`
+    /// is not used: on Linux it can miss the exit of concurrently launched children and wait forever.
     private func run(_ tool: String, _ arguments: [String]) throws {
-        let process = Process()
         let executable = binDirectory + "/" + tool
+        var argv: [String]
         if runAsPostgresUser {
-            process.executableURL = URL(fileURLWithPath: "/usr/sbin/runuser")
-            if !FileManager.default.isExecutableFile(atPath: "/usr/sbin/runuser") {
-                process.executableURL = URL(fileURLWithPath: "/sbin/runuser")
-            }
-            process.arguments = ["-u", "postgres", "--", executable] + arguments
+            let runuser = FileManager.default.isExecutableFile(atPath: "/usr/sbin/runuser") ? "/usr/sbin/runuser" : "/sbin/runuser"
+            argv = [runuser, "-u", "postgres", "--", executable] + arguments
         } else {
-            process.executableURL = URL(fileURLWithPath: executable)
-            process.arguments = arguments
+            argv = [executable] + arguments
         }
+        let capture = directory + "/last-command.out"
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, capture, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
+        posix_spawn_file_actions_adddup2(&actions, 1, 2)
         var environment = ProcessInfo.processInfo.environment
         environment["LC_ALL"] = "C"
-        process.environment = environment
-        process.currentDirectoryURL = URL(fileURLWithPath: directory)
-        let output = FileHandle(forWritingAtPath: "/dev/null")
-        let capture = directory + "/last-command.out"
-        _ = FileManager.default.createFile(atPath: capture, contents: nil)
-        let handle = FileHandle(forWritingAtPath: capture) ?? output
-        process.standardOutput = handle
-        process.standardError = handle
-        process.standardInput = FileHandle.nullDevice
-        do {
-            try process.run()
-        } catch {
-            throw Failure.io("cannot run \(executable): \(error)")
+        let envp = environment.map { "\($0.key)=\($0.value)" }
+        var pid: pid_t = 0
+        let spawned: Int32 = withCStrings(argv) { cArgv in
+            withCStrings(envp) { cEnv in posix_spawn(&pid, argv[0], &actions, nil, cArgv, cEnv) }
         }
-        process.waitUntilExit()
-        try? handle?.close()
-        if process.terminationStatus != 0 {
+        guard spawned == 0 else { throw Failure.io("cannot run \(argv[0]): errno \(spawned)") }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 {
+            guard errno == EINTR else { throw Failure.io("waitpid failed: errno \(errno)") }
+        }
+        // WIFEXITED / WEXITSTATUS
+        let exited = (status & 0x7f) == 0
+        let code = exited ? (status >> 8) & 0xff : 128 + (status & 0x7f)
+        if code != 0 {
             let text = (try? String(contentsOfFile: capture, encoding: .utf8)) ?? ""
             let log = String(serverLog().suffix(2000))
             throw Failure.commandFailed(
-                command: ([tool] + arguments).joined(separator: " "), status: process.terminationStatus,
+                command: ([tool] + arguments).joined(separator: " "), status: code,
                 output: text + (log.isEmpty ? "" : "\nserver log:\n" + log)
             )
         }
     }
+}
+
+private func withCStrings<R>(_ strings: [String], _ body: ([UnsafeMutablePointer<CChar>?]) -> R) -> R {
+    var pointers: [UnsafeMutablePointer<CChar>?] = strings.map { strdup($0) }
+    pointers.append(nil)
+    defer { for p in pointers { free(p) } }
+    return body(pointers)
 }

@@ -5,6 +5,6 @@ struct Bench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "bench",
         abstract: "Benchmarks.",
-        subcommands: [BenchVerify.self, BenchWorker.self, BenchPipeline.self]
+        subcommands: [BenchVerify.self, BenchKafka.self, BenchWorker.self, BenchSink.self, BenchPipeline.self]
     )
 }

@@ -6,7 +6,7 @@ struct Fleet: AsyncParsableCommand {
         commandName: "fleet",
         abstract: "entitlement-fleet: verify App Store JWS from Kafka and maintain entitlements in PostgreSQL.",
         subcommands: [
-            Verify.self, Worker.self, Migrate.self, Tail.self, Demo.self, Bench.self,
+            Verify.self, Worker.self, Sink.self, Migrate.self, Tail.self, Demo.self, Bench.self,
             DevKafka.self, Publish.self, Lag.self, Consume.self,
         ]
     )

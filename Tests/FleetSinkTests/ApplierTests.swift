@@ -18,7 +18,7 @@ struct ApplierTests {
         #expect((a + b).sorted() == SinkSchema.migrations.map(\.version).sorted())
         let again = try await withConnection(url) { try await SinkSchema.migrate(connection: $0, logger: testLogger) }
         #expect(again.isEmpty)
-        try await withConnection(url) { c in
+        try await onDatabase(url) { (c: PostgresConnection) async throws in
             #expect(try await scalar(c, "SELECT count(*) FROM schema_migrations", as: Int64.self) == Int64(SinkSchema.migrations.count))
             #expect(try await SinkSchema.currentVersion(connection: c, logger: testLogger) == SinkSchema.migrations.last?.version)
             for table in ["notifications", "transactions", "transaction_versions", "entitlement_events", "entitlements",
@@ -38,7 +38,7 @@ struct ApplierTests {
     func replayIsIdempotent() async throws {
         let url = try await TestPostgres.shared.freshDatabase()
         let stream = mixedStream()
-        try await withConnection(url) { c in
+        try await onDatabase(url) { (c: PostgresConnection) async throws in
             var first = ApplyOutcome()
             for batch in chunks(stream, of: 7) {
                 let o = try await applier.apply(batch, connection: c, logger: testLogger)
@@ -77,7 +77,7 @@ struct ApplierTests {
                                validUntil: t + 60 * day, revocationDate: t + 31 * day, notificationType: "REFUND")
         let reversed = makeEvent("reversed", kind: "REFUND_REVERSED", effect: .restore, signed: t + 32 * day,
                                  transactionId: "tx-2", validUntil: t + 60 * day, notificationType: "REFUND_REVERSED")
-        try await withConnection(url) { c in
+        try await onDatabase(url) { (c: PostgresConnection) async throws in
             _ = try await applier.apply([buy], connection: c, logger: testLogger)
             let r1 = try await applier.apply([refund], connection: c, logger: testLogger)
             #expect(r1.statuses["refund"] == .applied)
@@ -100,7 +100,9 @@ struct ApplierTests {
                                     transactionId: "tx-2", validUntil: t + 60 * day)
             let r4 = try await applier.apply([oldCopy], connection: c, logger: testLogger)
             #expect(r4.statuses["renew-client"] == .stale)
-            #expect(try await scalar(c, "SELECT revocation_date IS NOT NULL FROM transactions WHERE transaction_id = 'tx-2'", as: Bool.self))
+            #expect(try await scalar(c, "SELECT signed_date_ms FROM transactions WHERE transaction_id = 'tx-2'", as: Int64.self) == t + 32 * day)
+            #expect(try await scalar(c, "SELECT count(*) FROM transaction_versions WHERE transaction_id = 'tx-2'", as: Int64.self) == 3)
+            #expect(try await scalar(c, "SELECT active FROM entitlements", as: Bool.self))
         }
     }
 
@@ -113,7 +115,7 @@ struct ApplierTests {
             makeEvent("renew", kind: "SUBSCRIPTION_RENEWED", effect: .extend, signed: t + 30 * day, validUntil: t + 60 * day),
             makeEvent("buy", kind: "SUBSCRIPTION_STARTED", effect: .grant, signed: t, validFrom: t, validUntil: t + 30 * day),
         ]
-        try await withConnection(url) { c in
+        try await onDatabase(url) { (c: PostgresConnection) async throws in
             let o = try await applier.apply(events, connection: c, logger: testLogger)
             #expect(o.applied == 3 && o.stale == 0)
             #expect(try await scalar(c, "SELECT active FROM entitlements", as: Bool.self) == false)
@@ -132,7 +134,7 @@ struct ApplierTests {
                       productType: "Consumable", entitlement: nil, transactionId: "ctx-1", originalTransactionId: "ctx-1",
                       revocationDate: revocation, revocationPercentage: pct, units: 120, quantity: 2)
         }
-        try await withConnection(url) { c in
+        try await onDatabase(url) { (c: PostgresConnection) async throws in
             // Same eventId redelivered, and the same transaction arriving under other eventIds (client JWS, retries).
             let purchase = gems("buy", .grant, t)
             for _ in 0..<3 { _ = try await applier.apply([purchase], connection: c, logger: testLogger) }
@@ -169,7 +171,7 @@ struct ApplierTests {
                       productType: "Consumable", entitlement: nil, transactionId: "ctx-2", originalTransactionId: "ctx-2",
                       revocationDate: revocation, units: 10)
         }
-        try await withConnection(url) { c in
+        try await onDatabase(url) { (c: PostgresConnection) async throws in
             _ = try await applier.apply([gems("buy", .grant, t)], connection: c, logger: testLogger)
             let r = try await applier.apply([gems("rev", .restore, t + 2 * day)], connection: c, logger: testLogger)
             #expect(r.statuses["rev"] == .stale)
@@ -190,7 +192,7 @@ struct ApplierTests {
         let grantNew = makeEvent("up-grant", kind: "PLAN_UPGRADED", effect: .grant, signed: t, product: "pro",
                                  entitlement: "pro", transactionId: "tx-new", validFrom: t, validUntil: t + 30 * day,
                                  notificationType: "DID_CHANGE_RENEWAL_PREF", subtype: "UPGRADE", uuid: "uuid-up")
-        try await withConnection(url) { c in
+        try await onDatabase(url) { (c: PostgresConnection) async throws in
             let o = try await applier.apply([revokeOld, grantNew], connection: c, logger: testLogger)
             #expect(o.rowsWritten["notifications"] == 1)
             #expect(o.rowsWritten["entitlement_events"] == 2)
@@ -214,7 +216,7 @@ struct ApplierTests {
                                 validUntil: t + day, notificationType: "SUBSCRIBED", uuid: "same-uuid")
         let production = makeEvent("pr", kind: "REFUNDED", effect: .revoke, signed: t + 5, environment: "Production",
                                    validUntil: t + day, revocationDate: t + 5)
-        try await withConnection(url) { c in
+        try await onDatabase(url) { (c: PostgresConnection) async throws in
             _ = try await applier.apply([sandbox, production], connection: c, logger: testLogger)
             #expect(try await scalar(c, "SELECT count(*) FROM transactions", as: Int64.self) == 2)
             #expect(try await scalar(c, "SELECT active FROM entitlements WHERE environment = 'Sandbox'", as: Bool.self))

@@ -1,6 +1,7 @@
 import EntitlementDomain
 import Foundation
 import Logging
+import PostgresNIO
 import ServiceLifecycle
 import Synchronization
 import Testing
@@ -10,7 +11,11 @@ import Testing
 /// An in-memory result topic: hands out records in order, remembers which ones were marked processed.
 final class MemorySource: EventBatchSource {
     private let state: Mutex<(queue: [SinkRecord], marked: [Int64])>
-    init(_ records: [SinkRecord]) { state = Mutex((records, [])) }
+    private let delay: Duration
+    init(_ records: [SinkRecord], delayPerBatch: Duration = .zero) {
+        state = Mutex((records, []))
+        delay = delayPerBatch
+    }
     var isReady: Bool { true }
     var marked: [Int64] { state.withLock { $0.marked } }
     func nextBatch(maxRecords: Int) async throws -> [SinkRecord] {
@@ -19,7 +24,7 @@ final class MemorySource: EventBatchSource {
             s.queue.removeFirst(b.count)
             return b
         }
-        if batch.isEmpty { try await Task.sleep(for: .milliseconds(20)) }
+        if batch.isEmpty { try await Task.sleep(for: .milliseconds(20)) } else if delay > .zero { try await Task.sleep(for: delay) }
         return batch
     }
     func markProcessed(_ records: [SinkRecord]) async throws {
@@ -80,7 +85,7 @@ struct ServiceTests {
         #expect(byOffset[3]?.reason == "undecodable")
         #expect(byOffset[4]?.reason == "undecodable")
         #expect(byOffset[4]?.detail.contains("kind") == true || byOffset[4]?.detail.contains("missing") == true)
-        try await withConnection(url) { c in
+        try await onDatabase(url) { (c: PostgresConnection) async throws in
             #expect(try await scalar(c, "SELECT count(*) FROM entitlement_events", as: Int64.self) == 1)
         }
     }
@@ -91,32 +96,37 @@ struct ServiceTests {
         let own = try await ThrowawayPostgres(database: "outage")
         defer { own.destroy() }
         try await withConnection(own.url) { try await SinkSchema.migrate(connection: $0, logger: testLogger) }
-        let stream = mixedStream(subjects: 30)
-        let source = MemorySource(records(stream))
+        let stream = mixedStream(subjects: 60)
+        let source = MemorySource(records(stream), delayPerBatch: .milliseconds(40))
         let service = SinkService(
             configuration: .init(databaseURL: try DatabaseURL(own.url), maxBatchSize: 10,
-                                 initialBackoff: .milliseconds(50), maxBackoff: .milliseconds(500)),
+                                 initialBackoff: .milliseconds(50), maxBackoff: .milliseconds(500), batchTimeout: .seconds(5)),
             source: source, rejected: MemoryRejects(), logger: testLogger)
         let task = Task { try await service.run() }
-        try await waitUntil { source.marked.count >= 20 }
+        try await waitUntil { source.marked.count >= 50 }
+        FileHandle.standardError.write("outage test: marked \(source.marked.count) before stop\n".data(using: .utf8)!)
         try own.stop()
+        FileHandle.standardError.write("outage test: stopped; marked \(source.marked.count)\n".data(using: .utf8)!)
+        #expect(source.marked.count < stream.count, "the stream finished before the outage; the test proves nothing")
         let markedWhenStopped = source.marked.count
         try await waitUntil(timeout: .seconds(20)) { !service.isReady }
         try await Task.sleep(for: .seconds(4))
         #expect(!service.isReady)
         // Nothing beyond the batch in flight is marked while the database is down.
         #expect(source.marked.count <= markedWhenStopped + 10)
+        FileHandle.standardError.write("outage test: starting again; marked \(source.marked.count) ready \(service.isReady)\n".data(using: .utf8)!)
         try own.start()
         try await waitUntil { source.marked.count == stream.count }
+        FileHandle.standardError.write("outage test: all marked\n".data(using: .utf8)!)
         try await waitUntil(timeout: .seconds(10)) { service.isReady }
         task.cancel()
         _ = try? await task.value
         #expect(source.marked == Array(0..<Int64(stream.count)))
-        try await withConnection(own.url) { c in
+        try await onDatabase(own.url) { (c: PostgresConnection) async throws in
             #expect(try await scalar(c, "SELECT count(*) FROM entitlement_events", as: Int64.self) == Int64(stream.count))
             #expect(try await scalar(c, "SELECT count(DISTINCT event_id) FROM entitlement_events", as: Int64.self) == Int64(stream.count))
-            // 30 consumables credited exactly once each.
-            #expect(try await scalar(c, "SELECT count(*) FROM consumable_ledger WHERE entry = 'credit'", as: Int64.self) == 30)
+            // 60 consumables credited exactly once each.
+            #expect(try await scalar(c, "SELECT count(*) FROM consumable_ledger WHERE entry = 'credit'", as: Int64.self) == 60)
             #expect(try await scalar(c, "SELECT count(*) FROM notifications", as: Int64.self)
                     == Int64(Set(stream.compactMap { $0.notification?.uuid }).count))
         }

@@ -53,6 +53,7 @@ let testLogger: Logger = {
     return l
 }()
 
+@discardableResult
 func withConnection<T: Sendable>(_ url: String, _ body: (PostgresConnection) async throws -> T) async throws -> T {
     let config = try DatabaseURL(url).connectionConfiguration()
     let connection = try await PostgresConnection.connect(configuration: config, id: 9, logger: testLogger)
@@ -99,7 +100,7 @@ let day: Int64 = 86_400_000
 
 /// A subscription / one-time event shaped like what the workers emit.
 func makeEvent(
-    _ id: String, kind: String, effect: EntitlementEffect, signed: Int64, subject: String = "otx-1",
+    _ id: String, kind: String, effect: EntitlementEffect, signed: Int64, subject: String? = "otx-1",
     product: String = "com.example.premium.monthly", productType: String = "Auto-Renewable Subscription",
     entitlement: String? = "premium", transactionId: String? = "tx-1", originalTransactionId: String? = "otx-1",
     environment: String = "Sandbox", validFrom: Int64? = nil, validUntil: Int64? = nil,
@@ -204,4 +205,12 @@ struct SplitMix: RandomNumberGenerator {
 
 func chunks<T>(_ items: [T], of size: Int) -> [[T]] {
     stride(from: 0, to: items.count, by: size).map { Array(items[$0..<min($0 + size, items.count)]) }
+}
+
+/// `withConnection` for multi-statement bodies that return nothing (keeps the closure's `throws` explicit).
+func onDatabase(_ url: String, _ body: (PostgresConnection) async throws -> Void) async throws {
+    try await withConnection(url) { (c: PostgresConnection) async throws -> Bool in
+        try await body(c)
+        return true
+    }
 }

@@ -1,0 +1,239 @@
+import AppStoreVerification
+import ArgumentParser
+import EntitlementDomain
+import FleetKafka
+import FleetSink
+import Foundation
+import Logging
+import PostgresNIO
+import ServiceLifecycle
+import Synchronization
+
+/// `fleet bench sink`: pre-produces entitlement events into an embedded Kafka cluster, runs the sink against a
+/// throwaway PostgreSQL and reports events/s and the p99 batch latency, next to the rate of a plain `COPY` of the
+/// same rows (the `entitlement_events` columns) into an empty table, measured in the same run (the ceiling).
+/// The last stdout line is one JSON object: `events_per_s`, `p99_batch_ms`, `copy_rows_per_s`.
+/// Registered by the lead under `fleet bench`.
+struct BenchSink: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "sink",
+        abstract: "Benchmark the PostgreSQL sink (embedded Kafka + throwaway PostgreSQL) against a plain COPY.")
+
+    @Option(help: "Events to write")
+    var events: Int = 100_000
+    @Option(help: "Most events per database transaction")
+    var batchSize: Int = 2000
+    @Option(help: "Partitions of the result topic")
+    var partitions: Int = 4
+
+    func run() async throws {
+        guard events > 0, batchSize > 0, partitions > 0 else { throw ValidationError("all counts must be positive") }
+        var logger = Logger(label: "fleet.bench.sink")
+        logger.logLevel = .warning
+        let postgres = try await ThrowawayPostgres(database: "bench")
+        defer { postgres.destroy() }
+        let cluster = try EmbeddedKafkaCluster(brokers: 1)
+        defer { cluster.shutdown() }
+        let topic = "bench.entitlements.verified"
+        try cluster.createTopic(topic, partitions: partitions)
+        try cluster.createTopic("bench.sink-rejected", partitions: 1)
+
+        let stream = BenchStream.make(count: events)
+        print("bench sink: \(events) events, batch \(batchSize), \(partitions) partitions; PostgreSQL \(postgres.binDirectory)")
+
+        // Produce (not timed).
+        let kafka = KafkaConfiguration(bootstrapServers: cluster.bootstrapServers, clientId: "bench-sink")
+        let producer = try KafkaProducer(configuration: kafka)
+        let encoder = JSONEncoder()
+        var produced = 0
+        let failures = Mutex(0)
+        for event in stream {
+            let value = Array(try encoder.encode(event))
+            try producer.enqueue(OutgoingMessage(
+                topic: topic, key: Array((event.originalTransactionId ?? event.eventId).utf8), value: value,
+                headers: [KafkaHeader(key: "event-kind", string: event.kind),
+                          KafkaHeader(key: "event-id", string: event.eventId)])) { result in
+                if case .failure = result { failures.withLock { $0 += 1 } }
+            }
+            produced += 1
+        }
+        guard await producer.flush(deadline: .seconds(120)) else { throw ValidationError("producing the bench events timed out") }
+        guard failures.withLock({ $0 }) == 0 else { throw ValidationError("\(failures.withLock { $0 }) bench events failed to produce") }
+        print("produced \(produced) events")
+
+        // Migrate, then run the sink until every event is processed.
+        let connection = try await PostgresConnection.connect(
+            configuration: try DatabaseURL(postgres.url).connectionConfiguration(), id: 1, logger: logger)
+        try await SinkSchema.migrate(connection: connection, logger: logger)
+
+        let durations = Mutex<[Duration]>([])
+        let processed = Mutex(0)
+        let consumer = try KafkaConsumer(configuration: kafka, groupId: "bench-sink", topics: [topic])
+        let service = SinkService(
+            configuration: SinkConfiguration(databaseURL: try DatabaseURL(postgres.url), maxBatchSize: batchSize),
+            source: KafkaEventBatchSource(consumer: consumer),
+            rejected: KafkaRejectedSink(producer: producer, topic: "bench.sink-rejected"),
+            logger: logger,
+            onBatch: { report in
+                durations.withLock { $0.append(report.duration) }
+                processed.withLock { $0 += report.records }
+            })
+        let clock = ContinuousClock()
+        // Wait for the group assignment before starting the clock.
+        let started = clock.now
+        let task = Task { try await service.run() }
+        while processed.withLock({ $0 }) == 0 {
+            try await Task.sleep(for: .milliseconds(5))
+            if clock.now - started > .seconds(60) { task.cancel(); throw ValidationError("the sink did not start within 60 s") }
+        }
+        let firstBatchDone = clock.now
+        let firstCount = processed.withLock { $0 }
+        while processed.withLock({ $0 }) < events {
+            try await Task.sleep(for: .milliseconds(2))
+            if clock.now - started > .seconds(900) { task.cancel(); throw ValidationError("the sink did not finish within 900 s") }
+        }
+        let finished = clock.now
+        task.cancel()
+        _ = try? await task.value
+        await consumer.close(deadline: .seconds(5))
+        producer.close(timeout: .seconds(2))
+
+        // Steady-state rate: from the end of the first batch (the group join and first fetch excluded).
+        let elapsed = seconds(finished - firstBatchDone)
+        let eventsPerSecond = Double(events - firstCount) / max(elapsed, 1e-9)
+        let sorted = durations.withLock { $0 }.sorted()
+        let p99 = sorted.isEmpty ? 0 : seconds(sorted[min(sorted.count - 1, Int((Double(sorted.count) * 0.99).rounded(.up)) - 1)]) * 1000
+        let p50 = sorted.isEmpty ? 0 : seconds(sorted[sorted.count / 2]) * 1000
+
+        let written = try await connection.query("SELECT count(*) FROM entitlement_events", logger: logger).collect()
+        let rows = try written.first?.decode(Int64.self) ?? 0
+        guard rows == Int64(events) else { throw ValidationError("expected \(events) events in entitlement_events, found \(rows)") }
+
+        // The ceiling: COPY the same rows (entitlement_events columns, text format) into an empty table.
+        try await connection.query("CREATE TABLE copy_ceiling (LIKE entitlement_events INCLUDING DEFAULTS)", logger: logger)
+        let lines = try await copyLines(connection: connection, logger: logger)
+        let copyStart = clock.now
+        try await connection.copyFrom(table: "copy_ceiling", columns: lines.columns, logger: logger) { writer in
+            var buffer = ByteBuffer()
+            for line in lines.rows {
+                buffer.writeString(line)
+                if buffer.readableBytes > 1 << 20 {
+                    try await writer.write(buffer)
+                    buffer.clear()
+                }
+            }
+            if buffer.readableBytes > 0 { try await writer.write(buffer) }
+        }
+        let copySeconds = seconds(clock.now - copyStart)
+        let copyRowsPerSecond = Double(lines.rows.count) / max(copySeconds, 1e-9)
+        try await connection.close()
+
+        let ratio = eventsPerSecond / copyRowsPerSecond
+        print(String(format: "sink: %.0f events/s over %.2f s (%d batches, p50 %.1f ms, p99 %.1f ms)",
+                     eventsPerSecond, elapsed, sorted.count, p50, p99))
+        print(String(format: "COPY of the same %d rows into an empty table: %.0f rows/s (%.2f s); sink/COPY = %.2f",
+                     lines.rows.count, copyRowsPerSecond, copySeconds, ratio))
+        print("targets: >= 10000 events/s \(eventsPerSecond >= 10_000 ? "met" : "NOT met"); >= 0.3 x COPY \(ratio >= 0.3 ? "met" : "NOT met")")
+        print(String(format: #"{"events_per_s": %.0f, "p99_batch_ms": %.2f, "copy_rows_per_s": %.0f, "p50_batch_ms": %.2f, "events": %d, "batch_size": %d, "sink_to_copy_ratio": %.3f}"#,
+                     eventsPerSecond, p99, copyRowsPerSecond, p50, events, batchSize, ratio))
+    }
+
+    private func seconds(_ d: Duration) -> Double {
+        Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18
+    }
+
+    /// The rows of entitlement_events in COPY text format (read back from the sink's own table, so the COPY writes
+    /// exactly the same values).
+    private func copyLines(connection: PostgresConnection, logger: Logger) async throws -> (columns: [String], rows: [String]) {
+        let columnRows = try await connection.query("""
+            SELECT column_name::text FROM information_schema.columns
+            WHERE table_name = 'entitlement_events' ORDER BY ordinal_position
+            """, logger: logger).collect()
+        let columns = try columnRows.map { try $0.decode(String.self) }
+        var rows: [String] = []
+        rows.reserveCapacity(events)
+        let select = columns.map { "\($0)::text" }.joined(separator: ", ")
+        for try await row in try await connection.query(PostgresQuery(unsafeSQL: "SELECT \(select) FROM entitlement_events"), logger: logger) {
+            let r = row.makeRandomAccess()
+            var fields: [String] = []
+            fields.reserveCapacity(columns.count)
+            for i in 0..<columns.count {
+                if let v = try r[i].decode(String?.self) { fields.append(copyEscape(v)) } else { fields.append(#"\N"#) }
+            }
+            rows.append(fields.joined(separator: "\t") + "\n")
+        }
+        return (columns, rows)
+    }
+
+    private func copyEscape(_ s: String) -> String {
+        guard s.contains(where: { $0 == "\\" || $0 == "\t" || $0 == "\n" || $0 == "\r" }) else { return s }
+        var out = ""
+        for c in s {
+            switch c {
+            case "\\": out += "\\\\"
+            case "\t": out += "\\t"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            default: out.append(c)
+            }
+        }
+        return out
+    }
+}
+
+/// A realistic mix: per subscriber a purchase, two renewals, a renewal-state change and either a refund or a
+/// consumable purchase; every event carries its decoded transaction and a notification.
+enum BenchStream {
+    static func make(count: Int) -> [EntitlementEvent] {
+        var out: [EntitlementEvent] = []
+        out.reserveCapacity(count)
+        let base: Int64 = 1_760_000_000_000
+        let day: Int64 = 86_400_000
+        var s = 0
+        while out.count < count {
+            let otx = "2000000\(100_000 + s)"
+            let t0 = base + Int64(s) * 37
+            let steps: [(String, String, EntitlementEffect, Int64, String, String)] = [
+                ("SUBSCRIPTION_STARTED", "SUBSCRIBED", .grant, t0, otx, "Auto-Renewable Subscription"),
+                ("SUBSCRIPTION_RENEWED", "DID_RENEW", .extend, t0 + 30 * day, "\(otx)1", "Auto-Renewable Subscription"),
+                ("SUBSCRIPTION_RENEWED", "DID_RENEW", .extend, t0 + 60 * day, "\(otx)2", "Auto-Renewable Subscription"),
+                ("AUTO_RENEW_DISABLED", "DID_CHANGE_RENEWAL_STATUS", .state, t0 + 61 * day, "\(otx)2", "Auto-Renewable Subscription"),
+                s % 2 == 0
+                    ? ("REFUNDED", "REFUND", .revoke, t0 + 62 * day, "\(otx)2", "Auto-Renewable Subscription")
+                    : ("ONE_TIME_PURCHASED", "ONE_TIME_CHARGE", .grant, t0 + 5 * day, "\(otx)9", "Consumable"),
+            ]
+            for (i, step) in steps.enumerated() where out.count < count {
+                let (kind, type, effect, signed, txn, productType) = step
+                let consumable = productType == "Consumable"
+                let product = consumable ? "com.example.gems100" : "com.example.premium.monthly"
+                var transaction: [String: JSONValue] = [
+                    "transactionId": .string(txn), "originalTransactionId": .string(consumable ? txn : otx),
+                    "productId": .string(product), "type": .string(productType), "signedDate": .integer(signed),
+                    "purchaseDate": .integer(signed), "bundleId": .string("com.example.app"),
+                    "environment": .string("Production"), "inAppOwnershipType": .string("PURCHASED"),
+                    "quantity": .integer(1), "webOrderLineItemId": .string("\(txn)w"), "storefront": .string("JPN"),
+                    "currency": .string("JPY"), "price": .integer(480_000),
+                ]
+                if !consumable { transaction["expiresDate"] = .integer(signed + 30 * day) }
+                if effect == .revoke {
+                    transaction["revocationDate"] = .integer(signed)
+                    transaction["revocationReason"] = .integer(0)
+                }
+                out.append(EntitlementEvent(
+                    eventId: "ev-\(s)-\(i)", kind: kind, effect: effect, reason: nil, environment: "Production",
+                    bundleId: "com.example.app", appAppleId: 1234, subject: consumable ? "user-\(s)" : otx,
+                    productId: product, productType: productType, transactionId: txn,
+                    originalTransactionId: consumable ? txn : otx, webOrderLineItemId: "\(txn)w",
+                    ownershipType: "PURCHASED", quantity: 1, validFrom: signed,
+                    validUntil: consumable ? nil : signed + 30 * day, revocationDate: effect == .revoke ? signed : nil,
+                    notification: EventNotification(uuid: "n-\(s)-\(i)", type: type, subtype: nil, signedDate: signed, version: "2.0"),
+                    signedDate: signed, verifiedAt: signed + 500,
+                    source: EventSource(topic: "appstore.raw", partition: Int32(s % 4), offset: Int64(out.count), inputKind: "notification"),
+                    units: consumable ? 100 : nil, entitlement: consumable ? nil : "premium",
+                    transaction: .object(transaction)))
+            }
+            s += 1
+        }
+        return out
+    }
+}
