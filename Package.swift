@@ -144,7 +144,6 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]),
-        .testTarget(name: "FleetCLITests", dependencies: ["FleetTestPKI", "AppStoreVerification"]),
         .testTarget(name: "FleetOperationsTests", dependencies: ["FleetOperations", .product(name: "Logging", package: "swift-log")]),
         .testTarget(name: "FleetCLITests", dependencies: ["FleetTestPKI", "AppStoreVerification", "FleetKafka", "EntitlementDomain"]),
     ],

@@ -107,3 +107,38 @@ public struct OperationsServer: Service {
         try await app.runService(gracefulShutdownSignals: [])
     }
 }
+
+/// Publishes a consumer group's lag as `fleet_consumer_lag{group,topic,partition}` at an interval, until cancelled.
+public enum ConsumerLagGauge {
+    public struct Sample: Sendable {
+        public var topic: String
+        public var partition: Int32
+        public var lag: Int64
+        public init(topic: String, partition: Int32, lag: Int64) {
+            self.topic = topic
+            self.partition = partition
+            self.lag = lag
+        }
+    }
+
+    public static func run(group: String, every interval: Duration, fetch: @Sendable () async throws -> [Sample]) async {
+        while !Task.isCancelled {
+            if let samples = try? await fetch() {
+                for s in samples {
+                    Gauge(label: "fleet_consumer_lag", dimensions: [("group", group), ("topic", s.topic), ("partition", String(s.partition))]).record(s.lag)
+                }
+            }
+            try? await Task.sleep(for: interval)
+        }
+    }
+}
+
+/// Keeps a `Readiness` condition in step with a probe, until cancelled.
+public enum ReadinessMirror {
+    public static func run(_ readiness: Readiness, condition: String, every interval: Duration = .milliseconds(500), probe: @Sendable () -> Bool) async {
+        while !Task.isCancelled {
+            readiness.set(condition, probe())
+            try? await Task.sleep(for: interval)
+        }
+    }
+}

@@ -254,13 +254,9 @@ public final class VerifierWorker: Service, Sendable {
     /// Publishes this group's consumer lag as `fleet_consumer_lag{group,topic,partition}` every `lagInterval`.
     static func reportLag(configuration c: WorkerConfiguration, logger: Logger) async {
         let admin = KafkaAdmin(configuration: c.kafka)
-        while !Task.isCancelled {
-            if let lags = try? await admin.consumerLag(groupId: c.group, topics: c.inputTopics) {
-                for l in lags {
-                    Gauge(label: "fleet_consumer_lag", dimensions: [("group", c.group), ("topic", l.topic), ("partition", String(l.partition))]).record(l.lag)
-                }
-            }
-            try? await Task.sleep(for: c.lagInterval)
+        await ConsumerLagGauge.run(group: c.group, every: c.lagInterval) {
+            try await admin.consumerLag(groupId: c.group, topics: c.inputTopics)
+                .map { ConsumerLagGauge.Sample(topic: $0.topic, partition: $0.partition, lag: $0.lag) }
         }
     }
 }

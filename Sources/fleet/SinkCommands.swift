@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import FleetOperations
 import FleetSink
 import Logging
 import PostgresNIO
@@ -60,69 +61,78 @@ struct Migrate: AsyncParsableCommand {
     }
 }
 
-/// `fleet sink`: result topic -> PostgreSQL (CONTRACTS.md "Processes").
+/// `fleet sink`: result topic -> PostgreSQL. Flags, `FLEET_*` variables and the `sink:` section of the config file.
 struct Sink: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "sink",
         abstract: "Consume verified entitlement events and write them to PostgreSQL, one transaction per batch.")
 
-    @Option(help: "Kafka bootstrap servers, host:port[,host:port] (env FLEET_BOOTSTRAP_SERVERS)")
-    var bootstrapServers: String?
-    @Option(help: "Consumer group (env FLEET_GROUP; default fleet-sink)")
-    var group: String?
-    @Option(help: "Result topic (env FLEET_RESULT_TOPIC; default entitlements.verified)")
+    @OptionGroup var service: ServiceOptions
+
+    @Option(help: "Result topic to consume (default entitlements.verified).")
     var resultTopic: String?
-    @Option(help: "Sink-rejected topic (env FLEET_REJECTED_TOPIC; default entitlements.sink-rejected)")
+    @Option(help: "Topic for events the sink cannot decode (default entitlements.sink-rejected).")
     var rejectedTopic: String?
-    @Option(help: "postgres:// URL (env FLEET_DATABASE_URL)")
+    @Option(name: .customLong("database-url"), help: "postgres:// URL.")
     var databaseURL: String?
-    @Option(help: "Port of /metrics, /healthz, /readyz (env FLEET_METRICS_PORT; default 9091)")
-    var metricsPort: Int?
-    @Option(help: "Seconds to finish in-flight work on SIGTERM (env FLEET_SHUTDOWN_DEADLINE_SECONDS; default 25)")
-    var shutdownDeadlineSeconds: Int?
-    @Option(help: "Most events per database transaction (default 2000)")
-    var maxBatchSize: Int = 2000
-    @Option(name: .customLong("kafka-property"), help: "librdkafka property key=value (repeatable)")
-    var kafkaProperties: [String] = []
+    @Option(help: "Most events per database transaction (default 2000).")
+    var maxBatchSize: Int?
 
     func run() async throws {
-        let logger = sinkLogger("fleet.sink")
-        guard let servers = bootstrapServers ?? fleetEnvironment("BOOTSTRAP_SERVERS") else {
-            throw ValidationError("--bootstrap-servers (or FLEET_BOOTSTRAP_SERVERS) is required")
-        }
-        guard let rawURL = databaseURL ?? fleetEnvironment("DATABASE_URL") else {
-            throw ValidationError("--database-url (or FLEET_DATABASE_URL) is required")
-        }
-        guard maxBatchSize > 0 else { throw ValidationError("--max-batch-size must be positive") }
+        let s: FleetSettings
+        do { s = try await FleetSettings(section: "sink", configFile: service.config) } catch { throw ValidationError("\(error)") }
+        FleetLogging.bootstrap(format: s.string("log-format", flag: service.logFormat, default: "json")!,
+                               level: s.string("log-level", flag: service.logLevel, default: "info")!)
+        let logger = Logger(label: "fleet.sink")
+        let servers: String, rawURL: String, groupId: String, topic: String, rejected: String
+        let deadline: Int, port: Int, batch: Int, properties: [String: String]
+        do {
+            servers = try s.requiredString("bootstrap-servers", flag: service.bootstrapServers)
+            rawURL = try s.requiredString("database-url", flag: databaseURL)
+            groupId = s.string("group", flag: service.group, default: "fleet-sink")!
+            topic = s.string("result-topic", flag: resultTopic, default: "entitlements.verified")!
+            rejected = s.string("rejected-topic", flag: rejectedTopic, default: "entitlements.sink-rejected")!
+            deadline = try s.int("shutdown-deadline-seconds", flag: service.shutdownDeadlineSeconds, default: 25)
+            port = try s.int("metrics-port", flag: service.metricsPort, default: 9091)
+            batch = try s.int("max-batch-size", flag: maxBatchSize, default: 2000)
+            properties = try s.kafkaProperties(flag: service.kafkaProperties)
+        } catch { throw ValidationError("\(error)") }
+        guard batch > 0 else { throw ValidationError("--max-batch-size must be positive") }
         let url = try DatabaseURL(rawURL)
-        let groupId = group ?? fleetEnvironment("GROUP") ?? "fleet-sink"
-        let topic = resultTopic ?? fleetEnvironment("RESULT_TOPIC") ?? "entitlements.verified"
-        let rejected = rejectedTopic ?? fleetEnvironment("REJECTED_TOPIC") ?? "entitlements.sink-rejected"
-        let deadline = shutdownDeadlineSeconds ?? fleetEnvironment("SHUTDOWN_DEADLINE_SECONDS").flatMap(Int.init) ?? 25
-
-        var properties: [String: String] = [:]
-        for (name, value) in ProcessInfo.processInfo.environment where name.hasPrefix("FLEET_KAFKA_") {
-            properties[name.dropFirst("FLEET_KAFKA_".count).lowercased().replacingOccurrences(of: "_", with: ".")] = value
-        }
-        properties.merge(try KafkaConfiguration.parseProperties(kafkaProperties)) { _, flag in flag }
+        FleetMetrics.bootstrap()
+        let readiness = Readiness()
+        readiness.set("database-and-assignment", false)
         let kafka = KafkaConfiguration(bootstrapServers: servers, clientId: "fleet-sink", properties: properties)
         let consumer = try KafkaConsumer(configuration: kafka, groupId: groupId, topics: [topic])
         let producer = try KafkaProducer(configuration: kafka)
-        let service = SinkService(
-            configuration: SinkConfiguration(databaseURL: url, maxBatchSize: maxBatchSize),
+        let sink = SinkService(
+            configuration: SinkConfiguration(databaseURL: url, maxBatchSize: batch),
             source: KafkaEventBatchSource(consumer: consumer),
             rejected: KafkaRejectedSink(producer: producer, topic: rejected),
             logger: logger)
         logger.info("sink starting", metadata: [
             "group": "\(groupId)", "topic": "\(topic)", "rejected-topic": "\(rejected)", "database": "\(url)",
         ])
+        let mirror = Task { await ReadinessMirror.run(readiness, condition: "database-and-assignment") { sink.isReady } }
+        let admin = KafkaAdmin(configuration: kafka)
+        let lag = Task {
+            await ConsumerLagGauge.run(group: groupId, every: .seconds(5)) {
+                try await admin.consumerLag(groupId: groupId, topics: [topic])
+                    .map { ConsumerLagGauge.Sample(topic: $0.topic, partition: $0.partition, lag: $0.lag) }
+            }
+        }
         var groupConfiguration = ServiceGroupConfiguration(
-            services: [.init(service: service)],
+            services: [
+                .init(service: sink, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup),
+                .init(service: OperationsServer(port: port, readiness: readiness, logger: logger)),
+            ],
             gracefulShutdownSignals: [.sigterm, .sigint],
             logger: logger)
         groupConfiguration.maximumGracefulShutdownDuration = .seconds(deadline)
         let group = ServiceGroup(configuration: groupConfiguration)
         try await group.run()
+        mirror.cancel()
+        lag.cancel()
         // In-flight batch finished (or abandoned uncommitted while the database was down): commit stored offsets,
         // leave the group.
         let closed = await consumer.close(deadline: .seconds(max(1, deadline / 2)))
