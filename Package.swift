@@ -132,7 +132,15 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
-        .testTarget(name: "AppStoreVerificationTests", dependencies: ["AppStoreVerification", "FleetTestPKI"]),
+        .testTarget(
+            name: "AppStoreVerificationTests",
+            dependencies: [
+                "AppStoreVerification", "FleetTestPKI",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+            ]
+        ),
         .testTarget(name: "EntitlementDomainTests", dependencies: ["EntitlementDomain", "AppStoreVerification", "FleetTestPKI"]),
         .testTarget(name: "FleetKafkaTests", dependencies: ["FleetKafka"]),
         .testTarget(name: "FleetWorkerTests", dependencies: ["FleetWorker", "FleetKafka", "FleetTestPKI", "EntitlementDomain"]),

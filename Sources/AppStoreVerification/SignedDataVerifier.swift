@@ -604,7 +604,11 @@ public final class SignedDataVerifier: Sendable {
         // RFC 5280 structure: CA flags, path length, key usage, critical extensions.
         try Self.requireCA(inter, name: "intermediate", below: 0)
         try Self.requireCA(root, name: "root", below: 1, optional: true)
-        if let ku = try? leaf.extensions.keyUsage, !ku.digitalSignature {
+        let leafKeyUsage: KeyUsage?
+        do { leafKeyUsage = try leaf.extensions.keyUsage } catch {
+            throw VerificationError(.untrustedChain, "leaf has an invalid keyUsage extension")
+        }
+        if let ku = leafKeyUsage, !ku.digitalSignature {
             throw VerificationError(.untrustedChain, "leaf key usage does not allow digitalSignature")
         }
         for (cert, name) in [(leaf, "leaf"), (inter, "intermediate"), (root, "root")] {

@@ -50,6 +50,8 @@ public struct TestPKI: Sendable {
         public var leafNotAfter = TestPKI.defaultNotAfter
         public var intermediateNotBefore = TestPKI.defaultNotBefore
         public var intermediateNotAfter = TestPKI.defaultNotAfter
+        /// Extra extensions on the leaf (e.g. an unknown critical one).
+        public var extraLeafExtensions: [Certificate.Extension] = []
         public init() {}
     }
 
@@ -105,6 +107,7 @@ public struct TestPKI: Sendable {
         if options.leafAppleOID {
             exts.append(Certificate.Extension(oid: Self.appleLeafOID, critical: false, value: [0x05, 0x00]))
         }
+        exts.append(contentsOf: options.extraLeafExtensions)
         let leaf = try Certificate(
             version: .v3, serialNumber: Self.serial(), publicKey: .init(leafKey.publicKey),
             notValidBefore: options.leafNotBefore, notValidAfter: options.leafNotAfter,

@@ -76,34 +76,51 @@ struct Verify: ParsableCommand {
         } catch {
             throw fail(error.message)
         }
-        // Read every input before writing anything, so an unreadable file is a clean usage error.
-        var sources: [Data] = []
+        // Open every input before writing anything, so an unreadable file is a clean usage error; then stream.
+        var handles: [FileHandle] = []
         let paths = inputs.isEmpty ? ["-"] : inputs
         for path in paths {
             if path == "-" {
-                sources.append(FileHandle.standardInput.readDataToEndOfFile())
+                handles.append(FileHandle.standardInput)
             } else {
-                guard let d = FileManager.default.contents(atPath: path) else { throw fail("cannot read input \(path)") }
-                sources.append(d)
+                var isDirectory: ObjCBool = false
+                guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), !isDirectory.boolValue,
+                    let h = FileHandle(forReadingAtPath: path)
+                else { throw fail("cannot read input \(path)") }
+                handles.append(h)
             }
         }
         let verifier = SignedDataVerifier(policy: policy)
-        var out: [UInt8] = []
-        out.reserveCapacity(1 << 16)
+        for h in handles { Self.process(h, verifier) }
+    }
+
+    /// Verifies one input stream line by line, writing each verdict as soon as its chunk is processed.
+    static func process(_ handle: FileHandle, _ verifier: SignedDataVerifier) {
         let stdout = FileHandle.standardOutput
-        for data in sources {
-            let bytes = [UInt8](data)
-            for line in bytes.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: true) {
-                if line.allSatisfy({ $0 == 0x20 || $0 == 0x0D || $0 == 0x09 }) { continue }
-                Self.verdict(verifier, line).write(into: &out, sortedKeys: true)
-                out.append(UInt8(ascii: "\n"))
-                if out.count > 1 << 16 {
-                    stdout.write(Data(out))
-                    out.removeAll(keepingCapacity: true)
-                }
+        var pending: [UInt8] = []
+        var out: [UInt8] = []
+        func emit(_ line: ArraySlice<UInt8>) {
+            if line.allSatisfy({ $0 == 0x20 || $0 == 0x0D || $0 == 0x09 }) { return }
+            verdict(verifier, line).write(into: &out, sortedKeys: true)
+            out.append(UInt8(ascii: "\n"))
+        }
+        while true {
+            let chunk = handle.availableData
+            if chunk.isEmpty { break }
+            pending.append(contentsOf: chunk)
+            var start = 0
+            while let nl = pending[start...].firstIndex(of: UInt8(ascii: "\n")) {
+                emit(pending[start..<nl])
+                start = nl + 1
+            }
+            pending.removeFirst(start)
+            if !out.isEmpty {
+                stdout.write(Data(out))
+                out.removeAll(keepingCapacity: true)
             }
         }
-        stdout.write(Data(out))
+        emit(pending[...])
+        if !out.isEmpty { stdout.write(Data(out)) }
     }
 
     static func verdict(_ verifier: SignedDataVerifier, _ line: ArraySlice<UInt8>) -> JSONValue {

@@ -37,3 +37,18 @@ import X509
         #expect(cache.misses == 1)
     }
 }
+
+@Suite struct PathRules {
+    @Test func unhandledCriticalExtensionIsUntrusted() throws {
+        var o = TestPKI.Options()
+        o.extraLeafExtensions = [Certificate.Extension(oid: [1, 3, 6, 1, 4, 1, 99999, 1], critical: true, value: [0x05, 0x00])]
+        let bad = try Fixtures.pki.withNewLeaf(options: o)
+        let e = expectRejected(.untrustedChain) { () throws(VerificationError) in
+            _ = try Fixtures.verifier().verify(bad.sign(Fixtures.transaction()))
+        }
+        #expect(e?.detail.contains("critical") == true)
+        // The same extension, not critical, is fine.
+        o.extraLeafExtensions = [Certificate.Extension(oid: [1, 3, 6, 1, 4, 1, 99999, 1], critical: false, value: [0x05, 0x00])]
+        _ = try Fixtures.verifier().verify(try Fixtures.pki.withNewLeaf(options: o).sign(Fixtures.transaction()))
+    }
+}
