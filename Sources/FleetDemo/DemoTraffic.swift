@@ -351,12 +351,14 @@ private struct Generator {
             switch i % 6 {
             case 0:  // Apple's names, another key: a forged chain
                 items.append(.init(value: Array(forged.sign(sample).utf8), key: nil, expectation: "UNTRUSTED_CHAIN", deliverAt: at))
-            case 1:  // a valid JWS with one payload character changed
-                var jws = Array(pki.sign(sample).utf8)
-                let dots = jws.indices.filter { jws[$0] == UInt8(ascii: ".") }
-                let p = dots[0] + 5 + Int(rng.next() % 20)
-                jws[p] = jws[p] == UInt8(ascii: "A") ? UInt8(ascii: "B") : UInt8(ascii: "A")
-                items.append(.init(value: jws, key: nil, expectation: "INVALID_SIGNATURE", deliverAt: at))
+            case 1:  // a valid JWS whose payload was edited afterwards (more tickets, longer access): signature mismatch
+                let jws = pki.sign(sample)
+                let parts = jws.split(separator: ".").map(String.init)
+                var edited = sample.objectValue ?? [:]
+                edited["expiresDate"] = .integer(at + 120 * month)
+                let forgedPayload = Base64.encodeURL(JSONValue.object(edited).serializedBytes())
+                let tampered = parts[0] + "." + forgedPayload + "." + parts[2]
+                items.append(.init(value: Array(tampered.utf8), key: nil, expectation: "INVALID_SIGNATURE", deliverAt: at))
             case 2:  // another app's purchase, properly signed
                 let other = TestPayloads.transaction(productId: "com.other.coins", transactionId: newTransactionId(), purchaseDate: at,
                                                      type: .consumable, environment: o.environment, bundleId: "com.other.app", signedDate: at)

@@ -204,11 +204,14 @@ struct WorkerEndToEndTests {
         defer { second.kill(SIGKILL) }
         let admin = KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers))
         let deadline = ContinuousClock.now + .seconds(90)
+        var committed: Int64 = 0
         while ContinuousClock.now < deadline {
             let lag = try await admin.consumerLag(groupId: "verifiers", topics: ["raw"])
-            if lag.reduce(0, { $0 + ($1.committedOffset ?? 0) }) == Int64(values.count) { break }
+            committed = lag.reduce(0, { $0 + ($1.committedOffset ?? 0) })
+            if committed == Int64(values.count) { break }
             try await Task.sleep(for: .milliseconds(500))
         }
+        #expect(committed == Int64(values.count), "the second worker committed every input")
         let events = try await readTopic(cluster.bootstrapServers, "result", atLeast: 2940, timeout: .seconds(30))
         let rejections = try await readTopic(cluster.bootstrapServers, "rejected", atLeast: 60, timeout: .seconds(30))
         var ids: [InputRef: Set<String>] = [:]
