@@ -64,7 +64,11 @@ struct BenchWorker: AsyncParsableCommand {
             "--bundle-id", TestPayloads.bundleId, "--environment", "Sandbox", "--metrics-port", String(port),
             "--threads", String(threads ?? cores), "--log-level", "warning", "--log-format", "text",
         ]
-        p.standardOutput = FileHandle.nullDevice
+        let logPath = FileManager.default.temporaryDirectory.appendingPathComponent("bench-worker-\(UUID().uuidString.prefix(6)).log").path
+        FileManager.default.createFile(atPath: logPath, contents: nil)
+        let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
+        p.standardOutput = log
+        p.standardError = log
         try p.run()
         defer { if p.isRunning { kill(p.processIdentifier, SIGTERM); p.waitUntilExit() } }
 
@@ -84,7 +88,9 @@ struct BenchWorker: AsyncParsableCommand {
             }
             try await Task.sleep(for: .milliseconds(20))
         }
-        guard let started, let finished else { throw ValidationError("the worker did not process every input (see its log)") }
+        guard let started, let finished else {
+            throw ValidationError("the worker did not process every input (running: \(p.isRunning)); its log: \(logPath)")
+        }
         let rssMB = peakRSSMegabytes(pid: p.processIdentifier)
         let seconds = (finished.0 - started).components
         let elapsed = Double(seconds.seconds) + Double(seconds.attoseconds) / 1e18
