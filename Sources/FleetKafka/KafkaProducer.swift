@@ -347,8 +347,15 @@ public final class KafkaProducer: Sendable {
     }
 
     /// Flushes for up to `timeout` (default 10 s), fails whatever is still outstanding and releases the client.
+    /// Blocks the calling thread; from async code prefer `close(deadline:)`.
     public func close(timeout: Duration = .seconds(10)) {
         core.close(timeout: timeout)
+    }
+
+    /// `close(timeout:)` on a dedicated thread; suspends the caller until done.
+    public func close(deadline: Duration) async {
+        let core = self.core
+        await runBlocking(name: "fleet-kafka-producer-close") { core.close(timeout: deadline) }
     }
 }
 
