@@ -307,3 +307,35 @@ import Testing
         #expect(lag.first { $0.partition == bPartition.partition }?.committedOffset == 20)
     }
 }
+
+@Suite struct KafkaConfigurationTests {
+    @Test func propertiesAreAppliedLastAndValidated() throws {
+        var c = KafkaConfiguration(bootstrapServers: "b:9092", properties: ["linger.ms": "50", "enable.idempotence": "false"])
+        c.lingerMilliseconds = 5
+        let producer = c.producerProperties()
+        // Later entries win when librdkafka applies them in order.
+        #expect(producer.last { $0.0 == "linger.ms" }?.1 == "50")
+        #expect(producer.last { $0.0 == "enable.idempotence" }?.1 == "false")
+        let consumer = KafkaConfiguration(bootstrapServers: "b:9092").consumerProperties(groupId: "g")
+        #expect(consumer.last { $0.0 == "enable.auto.offset.store" }?.1 == "false")
+        #expect(consumer.last { $0.0 == "enable.auto.commit" }?.1 == "true")
+        #expect(try KafkaConfiguration.parseProperties(["security.protocol=SASL_SSL", "sasl.password=a=b"])
+                == ["security.protocol": "SASL_SSL", "sasl.password": "a=b"])
+        #expect(throws: KafkaError.self) { try KafkaConfiguration.parseProperties(["novalue"]) }
+        // An unknown librdkafka property is a typed error naming it, not a crash.
+        let bad = KafkaConfiguration(bootstrapServers: "b:9092", properties: ["no.such.property": "1"])
+        do {
+            _ = try KafkaProducer(configuration: bad)
+            Issue.record("expected a configuration error")
+        } catch {
+            #expect(error.message.contains("no.such.property"))
+        }
+        // SASL/SSL settings pass through verbatim (librdkafka accepts them at configuration time).
+        let sasl = KafkaConfiguration(bootstrapServers: "127.0.0.1:1", properties: [
+            "security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "SCRAM-SHA-512",
+            "sasl.username": "u", "sasl.password": "p",
+        ])
+        let p = try KafkaProducer(configuration: sasl)
+        p.close(timeout: .milliseconds(10))
+    }
+}
