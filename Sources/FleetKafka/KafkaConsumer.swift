@@ -134,7 +134,7 @@ final class ConsumerCore: Sendable {
     var stopRequestedOrGone: Bool { state.withLock { $0.stopRequested || $0.handleGone } }
 
     private func pollLoop() {
-        var names: [UInt: String] = [:]
+        var names = TopicNames()
         var batch: [KafkaMessage] = []
         batch.reserveCapacity(1000)
         var rkmessages = [UnsafeMutablePointer<rd_kafka_message_t>?](repeating: nil, count: 999)
@@ -226,7 +226,7 @@ final class ConsumerCore: Sendable {
         return expired
     }
 
-    private func convert(_ rkm: UnsafeMutablePointer<rd_kafka_message_t>, names: inout [UInt: String]) -> KafkaMessage? {
+    private func convert(_ rkm: UnsafeMutablePointer<rd_kafka_message_t>, names: inout TopicNames) -> KafkaMessage? {
         let m = rkm.pointee
         if m.err != RD_KAFKA_RESP_ERR_NO_ERROR {
             if m.err == RD_KAFKA_RESP_ERR__PARTITION_EOF { return nil }
@@ -245,13 +245,17 @@ final class ConsumerCore: Sendable {
         let topic: String
         if let rkt = m.rkt {
             let key = UInt(bitPattern: rkt)
-            if let t = names[key] { topic = t } else {
+            if key == names.lastKey { topic = names.lastName } else if let t = names.byKey[key] {
+                topic = t
+                names.lastKey = key
+                names.lastName = t
+            } else {
                 topic = String(cString: rd_kafka_topic_name(rkt))
-                names[key] = topic
+                names.byKey[key] = topic
             }
         } else { topic = "" }
-        let value: [UInt8] = m.payload.map { Array(UnsafeRawBufferPointer(start: $0, count: m.len)) } ?? []
-        let key: [UInt8]? = m.key.map { Array(UnsafeRawBufferPointer(start: $0, count: m.key_len)) }
+        let value: [UInt8] = m.payload.map { copyBytes($0, m.len) } ?? []
+        let key: [UInt8]? = m.key.map { copyBytes($0, m.key_len) }
         var headers: [KafkaHeader] = []
         var hdrs: OpaquePointer?
         if rd_kafka_message_headers(rkm, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR, let hdrs {
@@ -461,6 +465,22 @@ final class ConsumerCore: Sendable {
     func closeBlocking(timeoutSeconds: Double) -> Bool {
         requestStop()
         return closeDone.wait(until: { $0 }, timeoutSeconds: timeoutSeconds) { v, _ in v }
+    }
+}
+
+/// Topic names by `rd_kafka_topic_t*` (stable for the handle's life), with the last one cached.
+private struct TopicNames {
+    var byKey: [UInt: String] = [:]
+    var lastKey: UInt = 0
+    var lastName = ""
+}
+
+/// One allocation + memcpy (the generic Sequence initializer is much slower for 1 KiB values).
+@inline(__always)
+private func copyBytes(_ pointer: UnsafeMutableRawPointer, _ count: Int) -> [UInt8] {
+    [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
+        if count > 0, let base = buffer.baseAddress { base.initialize(from: pointer.assumingMemoryBound(to: UInt8.self), count: count) }
+        initialized = count
     }
 }
 

@@ -20,6 +20,8 @@ struct BenchKafka: AsyncParsableCommand {
     @Option(help: "kcat executable (skipped when not found).") var kcat: String = "kcat"
     @Flag(name: .customLong("no-kcat"), help: "Do not measure kcat.") var noKcat = false
     @Option(help: "Measurement passes (best pass reported).") var passes: Int = 3
+    @Option(name: .customLong("kafka-property"), help: "librdkafka property key=value for both the wrapper and kcat (repeatable).")
+    var kafkaProperties: [String] = []
 
     func validate() throws {
         guard messages >= 1000 else { throw ValidationError("--messages must be at least 1000") }
@@ -49,7 +51,8 @@ struct BenchKafka: AsyncParsableCommand {
         let wrapperTopics = (0..<passes).map { "bench.wrapper.\($0)" }
         let kcatTopics = (0..<passes).map { "bench.kcat.\($0)" }
         for t in wrapperTopics + kcatTopics { try cluster.createTopic(t, partitions: partitions, replicationFactor: 1) }
-        var config = KafkaConfiguration(bootstrapServers: cluster.bootstrapServers, clientId: "fleet-bench")
+        var config = KafkaConfiguration(bootstrapServers: cluster.bootstrapServers, clientId: "fleet-bench",
+                                        properties: try KafkaConfiguration.parseProperties(kafkaProperties))
         config.sessionTimeoutMilliseconds = 6000
         config.heartbeatIntervalMilliseconds = 500
         _ = try await KafkaAdmin(configuration: config).waitForTopics(wrapperTopics + kcatTopics)
@@ -158,13 +161,14 @@ struct BenchKafka: AsyncParsableCommand {
         try data.write(to: file)
         let args = ["-P", "-b", bootstrap, "-t", topic, "-X", "enable.idempotence=true", "-X", "linger.ms=5",
                     "-X", "queue.buffering.max.messages=\(messages + 1000)", "-X", "batch.num.messages=10000",
-                    "-l", file.path]
+                    "-l", file.path] + kafkaProperties.flatMap { ["-X", $0] }
         let elapsed = try Self.time(kcat, args)
         return Double(messages) / elapsed
     }
 
     private func measureKcatConsume(_ kcat: String, bootstrap: String, topic: String, count: Int) throws -> Double {
         let args = ["-C", "-b", bootstrap, "-t", topic, "-o", "beginning", "-c", String(count), "-e", "-q"]
+            + kafkaProperties.flatMap { ["-X", $0] }
         return Double(count) / (try Self.time(kcat, args))
     }
 
