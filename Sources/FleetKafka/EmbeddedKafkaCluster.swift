@@ -4,7 +4,8 @@ import Foundation
 /// librdkafka's Kafka-protocol mock cluster hosted in this process, reachable over TCP (127.0.0.1) by any client,
 /// including other processes. For development (`fleet dev-kafka`), tests and benchmarks.
 ///
-/// Limits (librdkafka 2.0.2): data in memory only, no SASL/SSL, no admin APIs (topics are created with
+/// Limits (librdkafka 2.0.2): data in memory only and each partition retains only about the last 5 MB (older
+/// records are deleted and the low watermark moves up), no SASL/SSL, no admin APIs (topics are created with
 /// `createTopic`), consumer-group joins of an existing group take about `session.timeout.ms - 1s`.
 /// Broker ids are 1...brokers.
 public final class EmbeddedKafkaCluster: Sendable {

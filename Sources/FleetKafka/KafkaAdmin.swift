@@ -134,6 +134,13 @@ public struct KafkaAdmin: Sendable {
         }
     }
 
+    /// Tuple form of `createTopics(_:ignoreExisting:)`.
+    public func createTopics(_ topics: [(name: String, partitions: Int, replicationFactor: Int)],
+                             ignoreExisting: Bool = true) async throws(KafkaError) {
+        try await createTopics(topics.map { TopicSpec(name: $0.name, partitions: $0.partitions, replicationFactor: $0.replicationFactor) },
+                               ignoreExisting: ignoreExisting)
+    }
+
     /// Partition counts of the given topics that exist (with leaders for every partition) right now.
     public func partitionCounts(topics: [String]) async throws(KafkaError) -> [String: Int] {
         let ms = timeoutMs

@@ -36,6 +36,11 @@ public struct KafkaConfiguration: Sendable {
     public var autoOffsetReset: String
     /// Messages fetched by the poll thread and not yet handed to the application; the poll thread stops polling
     /// when this many are buffered (backpressure into librdkafka's own bounded fetch queue).
+    ///
+    /// librdkafka 2.0.2 trap: when its local fetch queue exceeds `queued.min.messages` (100000) or
+    /// `queued.max.messages.kbytes` (65536), it backs off fetching that partition for a hard-coded ~1 s
+    /// (configurable only from 2.2 as `fetch.queue.backoff.ms`). A consumer that falls behind therefore sees
+    /// 1 s gaps; raise `queued.max.messages.kbytes` through `properties` if memory allows.
     public var maxBufferedMessages: Int
 
     public init(

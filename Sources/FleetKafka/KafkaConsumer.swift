@@ -19,8 +19,10 @@ private struct BatchWaiter {
 }
 
 private struct ConsumerState {
-    var buffer: [KafkaMessage] = []
-    var bufferHead = 0
+    /// Fetched messages in chunks (one per poll round), handed out whole when possible (no per-message copies).
+    var chunks: [[KafkaMessage]] = []
+    var chunkHead = 0
+    var buffered = 0
     var waiters: [BatchWaiter] = []
     var nextWaiterId: UInt64 = 0
     var assignment: Set<TopicPartition> = []
@@ -31,29 +33,54 @@ private struct ConsumerState {
     var handleGone = false
     var fatal: KafkaError?
 
-    var buffered: Int { buffer.count - bufferHead }
+
+    mutating func append(_ chunk: [KafkaMessage]) {
+        guard !chunk.isEmpty else { return }
+        chunks.append(chunk)
+        buffered += chunk.count
+    }
 
     mutating func take(_ max: Int) -> [KafkaMessage] {
-        let n = min(max, buffered)
-        let out = Array(buffer[bufferHead..<(bufferHead + n)])
-        bufferHead += n
-        if bufferHead == buffer.count {
-            buffer.removeAll(keepingCapacity: true)
-            bufferHead = 0
-        } else if bufferHead > 2048 {
-            buffer.removeFirst(bufferHead)
-            bufferHead = 0
+        var out: [KafkaMessage] = []
+        while out.count < max, chunkHead < chunks.count {
+            let room = max - out.count
+            if chunks[chunkHead].count <= room {
+                if out.isEmpty { out = chunks[chunkHead] } else { out.append(contentsOf: chunks[chunkHead]) }
+                chunks[chunkHead] = []
+                chunkHead += 1
+            } else {
+                out.append(contentsOf: chunks[chunkHead].prefix(room))
+                chunks[chunkHead].removeFirst(room)
+            }
         }
-        for m in out { trackers[m.topicPartition, default: OffsetTracker()].handOut(m.offset) }
+        if chunkHead == chunks.count {
+            chunks.removeAll(keepingCapacity: true)
+            chunkHead = 0
+        } else if chunkHead > 64 {
+            chunks.removeFirst(chunkHead)
+            chunkHead = 0
+        }
+        buffered -= out.count
+        // Messages arrive in runs per partition: one dictionary access per run, trackers mutated in place.
+        var i = 0
+        while i < out.count {
+            let tp = out[i].topicPartition
+            var j = i
+            while j < out.count, out[j].partition == tp.partition, out[j].topic == tp.topic { j += 1 }
+            let run = out[i..<j]
+            trackers[tp, default: OffsetTracker()].handOut(run.lazy.map(\.offset))
+            i = j
+        }
         return out
     }
 
     mutating func drop(_ partitions: Set<TopicPartition>) {
         for tp in partitions { trackers.removeValue(forKey: tp) }
         if buffered > 0 {
-            let kept = buffer[bufferHead...].filter { !partitions.contains($0.topicPartition) }
-            buffer = Array(kept)
-            bufferHead = 0
+            let kept = chunks[chunkHead...].map { $0.filter { !partitions.contains($0.topicPartition) } }
+            chunks = kept.filter { !$0.isEmpty }
+            chunkHead = 0
+            buffered = chunks.reduce(0) { $0 + $1.count }
         }
     }
 }
@@ -107,9 +134,13 @@ final class ConsumerCore: Sendable {
     var stopRequestedOrGone: Bool { state.withLock { $0.stopRequested || $0.handleGone } }
 
     private func pollLoop() {
-        var names: [UInt: String] = [:]
+        var names = TopicNames()
         var batch: [KafkaMessage] = []
         batch.reserveCapacity(1000)
+        var rkmessages = [UnsafeMutablePointer<rd_kafka_message_t>?](repeating: nil, count: 999)
+        // The consumer queue (rd_kafka_poll_set_consumer forwarded the main queue into it): serving it also serves
+        // rebalance and error callbacks.
+        let consumerQueue = rd_kafka_queue_get_consumer(handle)
         while true {
             let (stop, full) = state.withLock { s in (s.stopRequested, s.buffered >= maxBuffered) }
             if stop { break }
@@ -120,17 +151,36 @@ final class ConsumerCore: Sendable {
                 }.forEach { $0.continuation.resume(returning: .success([])) }
                 continue
             }
-            var timeout: Int32 = 100
-            while batch.count < 1000, let rkm = rd_kafka_consumer_poll(handle, timeout) {
-                timeout = 0
-                defer { rd_kafka_message_destroy(rkm) }
+            // Wait up to 100 ms for the first message, then take whatever else is already queued in one call.
+            if let rkm = rd_kafka_consumer_poll(handle, 100) {
                 if let message = convert(rkm, names: &names) { batch.append(message) }
+                rd_kafka_message_destroy(rkm)
+                let n = rkmessages.withUnsafeMutableBufferPointer { buf in
+                    rd_kafka_consume_batch_queue(consumerQueue, 0, buf.baseAddress, buf.count)
+                }
+                for i in 0..<max(0, n) {
+                    guard let rkm = rkmessages[i] else { continue }
+                    if let message = convert(rkm, names: &names) { batch.append(message) }
+                    rd_kafka_message_destroy(rkm)
+                }
             }
             var ready: [(BatchWaiter, Result<[KafkaMessage], KafkaError>)] = []
             state.withLock { s in
                 if !batch.isEmpty {
-                    for m in batch where s.assignment.contains(m.topicPartition) { s.buffer.append(m) }
-                    batch.removeAll(keepingCapacity: true)
+                    // Messages of partitions revoked meanwhile are dropped (the new owner gets them).
+                    var lastTP: TopicPartition?
+                    var lastAssigned = false
+                    var allAssigned = true
+                    for m in batch {
+                        if lastTP?.partition != m.partition || lastTP?.topic != m.topic {
+                            lastTP = m.topicPartition
+                            lastAssigned = s.assignment.contains(m.topicPartition)
+                            if !lastAssigned { allAssigned = false; break }
+                        }
+                    }
+                    s.append(allAssigned ? batch : batch.filter { s.assignment.contains($0.topicPartition) })
+                    batch = []
+                    batch.reserveCapacity(1000)
                 }
                 while s.buffered > 0, !s.waiters.isEmpty {
                     let w = s.waiters.removeFirst()
@@ -144,6 +194,7 @@ final class ConsumerCore: Sendable {
             }
             for (w, r) in ready { w.continuation.resume(returning: r) }
         }
+        rd_kafka_queue_destroy(consumerQueue)  // every queue handle must be gone before rd_kafka_destroy
         // Close: commits stored offsets, serves the final revoke (rebalance callback) and leaves the group.
         let err = rd_kafka_consumer_close(handle)
         if err != RD_KAFKA_RESP_ERR_NO_ERROR {
@@ -175,7 +226,7 @@ final class ConsumerCore: Sendable {
         return expired
     }
 
-    private func convert(_ rkm: UnsafeMutablePointer<rd_kafka_message_t>, names: inout [UInt: String]) -> KafkaMessage? {
+    private func convert(_ rkm: UnsafeMutablePointer<rd_kafka_message_t>, names: inout TopicNames) -> KafkaMessage? {
         let m = rkm.pointee
         if m.err != RD_KAFKA_RESP_ERR_NO_ERROR {
             if m.err == RD_KAFKA_RESP_ERR__PARTITION_EOF { return nil }
@@ -194,13 +245,17 @@ final class ConsumerCore: Sendable {
         let topic: String
         if let rkt = m.rkt {
             let key = UInt(bitPattern: rkt)
-            if let t = names[key] { topic = t } else {
+            if key == names.lastKey { topic = names.lastName } else if let t = names.byKey[key] {
+                topic = t
+                names.lastKey = key
+                names.lastName = t
+            } else {
                 topic = String(cString: rd_kafka_topic_name(rkt))
-                names[key] = topic
+                names.byKey[key] = topic
             }
         } else { topic = "" }
-        let value: [UInt8] = m.payload.map { Array(UnsafeRawBufferPointer(start: $0, count: m.len)) } ?? []
-        let key: [UInt8]? = m.key.map { Array(UnsafeRawBufferPointer(start: $0, count: m.key_len)) }
+        let value: [UInt8] = m.payload.map { copyBytes($0, m.len) } ?? []
+        let key: [UInt8]? = m.key.map { copyBytes($0, m.key_len) }
         var headers: [KafkaHeader] = []
         var hdrs: OpaquePointer?
         if rd_kafka_message_headers(rkm, &hdrs) == RD_KAFKA_RESP_ERR_NO_ERROR, let hdrs {
@@ -344,9 +399,8 @@ final class ConsumerCore: Sendable {
             guard !s.handleGone else { return }
             var advances: [TopicPartition: Int64] = [:]
             for (tp, offset) in items {
-                guard var tracker = s.trackers[tp] else { continue }  // revoked/lost/unknown: dropped
-                if let next = tracker.complete(offset) { advances[tp] = next }
-                s.trackers[tp] = tracker
+                // In place (no copy of the tracker); revoked/lost/unknown partitions have no tracker: dropped.
+                if let next = s.trackers[tp]?.complete(offset) { advances[tp] = next }
             }
             guard !advances.isEmpty else { return }
             // Stored under the lock so concurrent completions can never store an older offset after a newer one.
@@ -411,6 +465,22 @@ final class ConsumerCore: Sendable {
     func closeBlocking(timeoutSeconds: Double) -> Bool {
         requestStop()
         return closeDone.wait(until: { $0 }, timeoutSeconds: timeoutSeconds) { v, _ in v }
+    }
+}
+
+/// Topic names by `rd_kafka_topic_t*` (stable for the handle's life), with the last one cached.
+private struct TopicNames {
+    var byKey: [UInt: String] = [:]
+    var lastKey: UInt = 0
+    var lastName = ""
+}
+
+/// One allocation + memcpy (the generic Sequence initializer is much slower for 1 KiB values).
+@inline(__always)
+private func copyBytes(_ pointer: UnsafeMutableRawPointer, _ count: Int) -> [UInt8] {
+    [UInt8](unsafeUninitializedCapacity: count) { buffer, initialized in
+        if count > 0, let base = buffer.baseAddress { base.initialize(from: pointer.assumingMemoryBound(to: UInt8.self), count: count) }
+        initialized = count
     }
 }
 

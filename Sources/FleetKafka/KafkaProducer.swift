@@ -144,22 +144,25 @@ final class ProducerCore: Sendable {
         }
         let error: OpaquePointer? = message.value.withUnsafeBytes { value in
             withOptionalBytes(message.key) { key in
-                var vus = [rd_kafka_vu_t](repeating: rd_kafka_vu_t(), count: 7)
-                var n = 0
-                vus[n].vtype = RD_KAFKA_VTYPE_RKT; vus[n].u.rkt = rkt; n += 1
-                vus[n].vtype = RD_KAFKA_VTYPE_PARTITION; vus[n].u.i32 = message.partition ?? RD_KAFKA_PARTITION_UA; n += 1
-                vus[n].vtype = RD_KAFKA_VTYPE_MSGFLAGS; vus[n].u.i = RD_KAFKA_MSG_F_COPY; n += 1
-                vus[n].vtype = RD_KAFKA_VTYPE_VALUE
-                vus[n].u.mem.ptr = value.baseAddress.map { UnsafeMutableRawPointer(mutating: $0) }
-                vus[n].u.mem.size = value.count; n += 1
-                if let key {
-                    vus[n].vtype = RD_KAFKA_VTYPE_KEY
-                    vus[n].u.mem.ptr = key.baseAddress.map { UnsafeMutableRawPointer(mutating: $0) }
-                    vus[n].u.mem.size = key.count; n += 1
+                // Stack-allocated argument vector (no heap allocation per message).
+                withUnsafeTemporaryAllocation(of: rd_kafka_vu_t.self, capacity: 7) { vus in
+                    vus.initialize(repeating: rd_kafka_vu_t())
+                    var n = 0
+                    vus[n].vtype = RD_KAFKA_VTYPE_RKT; vus[n].u.rkt = rkt; n += 1
+                    vus[n].vtype = RD_KAFKA_VTYPE_PARTITION; vus[n].u.i32 = message.partition ?? RD_KAFKA_PARTITION_UA; n += 1
+                    vus[n].vtype = RD_KAFKA_VTYPE_MSGFLAGS; vus[n].u.i = RD_KAFKA_MSG_F_COPY; n += 1
+                    vus[n].vtype = RD_KAFKA_VTYPE_VALUE
+                    vus[n].u.mem.ptr = value.baseAddress.map { UnsafeMutableRawPointer(mutating: $0) }
+                    vus[n].u.mem.size = value.count; n += 1
+                    if let key {
+                        vus[n].vtype = RD_KAFKA_VTYPE_KEY
+                        vus[n].u.mem.ptr = key.baseAddress.map { UnsafeMutableRawPointer(mutating: $0) }
+                        vus[n].u.mem.size = key.count; n += 1
+                    }
+                    vus[n].vtype = RD_KAFKA_VTYPE_OPAQUE; vus[n].u.ptr = box.toOpaque(); n += 1
+                    if let headers { vus[n].vtype = RD_KAFKA_VTYPE_HEADERS; vus[n].u.headers = headers; n += 1 }
+                    return rd_kafka_produceva(handle, vus.baseAddress, n)
                 }
-                vus[n].vtype = RD_KAFKA_VTYPE_OPAQUE; vus[n].u.ptr = box.toOpaque(); n += 1
-                if let headers { vus[n].vtype = RD_KAFKA_VTYPE_HEADERS; vus[n].u.headers = headers; n += 1 }
-                return rd_kafka_produceva(handle, vus, n)
             }
         }
         if let error {
@@ -347,8 +350,15 @@ public final class KafkaProducer: Sendable {
     }
 
     /// Flushes for up to `timeout` (default 10 s), fails whatever is still outstanding and releases the client.
+    /// Blocks the calling thread; from async code prefer `close(deadline:)`.
     public func close(timeout: Duration = .seconds(10)) {
         core.close(timeout: timeout)
+    }
+
+    /// `close(timeout:)` on a dedicated thread; suspends the caller until done.
+    public func close(deadline: Duration) async {
+        let core = self.core
+        await runBlocking(name: "fleet-kafka-producer-close") { core.close(timeout: deadline) }
     }
 }
 

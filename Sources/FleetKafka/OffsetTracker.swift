@@ -22,6 +22,10 @@ struct OffsetTracker: Sendable {
         pending.append(offset)
     }
 
+    mutating func handOut(_ offsets: some Sequence<Int64>) {
+        for o in offsets { handOut(o) }
+    }
+
     /// Marks `offset` finished. Returns the new offset to store (last finished contiguous offset + 1) if the prefix
     /// advanced, nil otherwise (an unknown or already finished offset changes nothing).
     mutating func complete(_ offset: Int64) -> Int64? {

@@ -79,7 +79,8 @@ struct DevKafka: AsyncParsableCommand {
         abstract: "Run an embedded Kafka-protocol cluster (librdkafka mock) for development and tests.",
         discussion: """
             Prints `bootstrap.servers=HOST:PORT,...` as the first stdout line, then runs until SIGINT/SIGTERM.
-            Without --topic, the fleet's default topics are created. Data lives in memory only; no SASL/SSL.
+            Without --topic, the fleet's default topics are created. Data lives in memory only (each partition keeps
+            about the last 5 MB); no SASL/SSL; no CreateTopics API (topics come from --topic).
             """
     )
 

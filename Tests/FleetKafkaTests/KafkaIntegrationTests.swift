@@ -263,4 +263,79 @@ import Testing
         #expect(try await consumer.nextBatch(maxMessages: 10, timeout: .milliseconds(100)).isEmpty)
         try cluster.setBrokerUp(1)
     }
+
+    @Test func rebalanceRevokesPartitionsAndDropsTheirPendingWork() async throws {
+        let topic = TestKafka.unique("rebalance")
+        let cluster = try await TestKafka.cluster(brokers: 1, topic: topic, partitions: 2)
+        defer { cluster.shutdown() }
+        try await TestKafka.produceSequenced(cluster.bootstrapServers, topic: topic, partitions: 2, perPartition: 20)
+        let config = TestKafka.config(cluster.bootstrapServers)
+        let group = TestKafka.unique("rebalance-g")
+        let a = try KafkaConsumer(configuration: config, groupId: group, topics: [topic])
+        let changes = Recorder<AssignmentChange>()
+        a.onAssignmentChange { changes.append($0) }
+        var fromA: [KafkaMessage] = []
+        var deadline = ContinuousClock.now + .seconds(20)
+        while fromA.count < 40, ContinuousClock.now < deadline {
+            fromA += try await a.nextBatch(maxMessages: 100, timeout: .milliseconds(300))
+        }
+        #expect(fromA.count == 40)
+        #expect(a.outstanding.values.reduce(0, +) == 40)  // handed out, none finished
+
+        // B joins: the group rebalances and A loses one partition, with its unfinished work.
+        let b = try KafkaConsumer(configuration: config, groupId: group, topics: [topic])
+        var fromB: [KafkaMessage] = []
+        deadline = ContinuousClock.now + .seconds(30)
+        while fromB.count < 20, ContinuousClock.now < deadline {
+            _ = try await a.nextBatch(maxMessages: 100, timeout: .milliseconds(100))  // keeps A serving the rebalance
+            fromB += try await b.nextBatch(maxMessages: 100, timeout: .milliseconds(100))
+        }
+        #expect(a.assignment.count == 1 && b.assignment.count == 1)
+        #expect(a.assignment.isDisjoint(with: b.assignment))
+        #expect(changes.values.contains { if case .revoked = $0 { return true } else { return false } })
+        // The partition B owns now is redelivered to B from the start: nothing A left unfinished is lost.
+        let bPartition = try #require(b.assignment.first)
+        #expect(fromB.map(\.offset) == Array(0..<20))
+        #expect(fromB.allSatisfy { $0.topicPartition == bPartition })
+        // A's late completions for the lost partition store nothing and leave no bookkeeping behind.
+        a.markProcessed(fromA.filter { $0.topicPartition == bPartition })
+        #expect(a.outstanding[bPartition] == nil)
+        b.markProcessed(fromB)
+        #expect(await b.close(deadline: .seconds(10)))
+        #expect(await a.close(deadline: .seconds(10)))
+        let lag = try await KafkaAdmin(configuration: config).consumerLag(groupId: group, topics: [topic])
+        #expect(lag.first { $0.partition == bPartition.partition }?.committedOffset == 20)
+    }
+}
+
+@Suite struct KafkaConfigurationTests {
+    @Test func propertiesAreAppliedLastAndValidated() throws {
+        var c = KafkaConfiguration(bootstrapServers: "b:9092", properties: ["linger.ms": "50", "enable.idempotence": "false"])
+        c.lingerMilliseconds = 5
+        let producer = c.producerProperties()
+        // Later entries win when librdkafka applies them in order.
+        #expect(producer.last { $0.0 == "linger.ms" }?.1 == "50")
+        #expect(producer.last { $0.0 == "enable.idempotence" }?.1 == "false")
+        let consumer = KafkaConfiguration(bootstrapServers: "b:9092").consumerProperties(groupId: "g")
+        #expect(consumer.last { $0.0 == "enable.auto.offset.store" }?.1 == "false")
+        #expect(consumer.last { $0.0 == "enable.auto.commit" }?.1 == "true")
+        #expect(try KafkaConfiguration.parseProperties(["security.protocol=SASL_SSL", "sasl.password=a=b"])
+                == ["security.protocol": "SASL_SSL", "sasl.password": "a=b"])
+        #expect(throws: KafkaError.self) { try KafkaConfiguration.parseProperties(["novalue"]) }
+        // An unknown librdkafka property is a typed error naming it, not a crash.
+        let bad = KafkaConfiguration(bootstrapServers: "b:9092", properties: ["no.such.property": "1"])
+        do {
+            _ = try KafkaProducer(configuration: bad)
+            Issue.record("expected a configuration error")
+        } catch {
+            #expect(error.message.contains("no.such.property"))
+        }
+        // SASL/SSL settings pass through verbatim (librdkafka accepts them at configuration time).
+        let sasl = KafkaConfiguration(bootstrapServers: "127.0.0.1:1", properties: [
+            "security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "SCRAM-SHA-512",
+            "sasl.username": "u", "sasl.password": "p",
+        ])
+        let p = try KafkaProducer(configuration: sasl)
+        p.close(timeout: .milliseconds(10))
+    }
 }
