@@ -170,12 +170,13 @@ public final class SinkService: Service, Sendable {
         let started = ContinuousClock.now
         var accepted: [(SinkRecord, EntitlementEvent)] = []
         var refused: [(SinkRecord, SinkRejection, String)] = []
-        for record in records {
-            switch Self.decode(record) {
+        for (record, result) in zip(records, await Self.decodeAll(records)) {
+            switch result {
             case .success(let event): accepted.append((record, event))
             case .failure(let failure): refused.append((record, failure.reason, failure.detail))
             }
         }
+        let decoded = ContinuousClock.now
         var outcome = ApplyOutcome()
         if !accepted.isEmpty {
             let isolated: [(SinkRecord, SinkRejection, String)]
@@ -195,6 +196,9 @@ public final class SinkService: Service, Sendable {
         }
         try await withRetry("mark offsets processed") { try await source.markProcessed(records) }
         let duration = ContinuousClock.now - started
+        if ProcessInfo.processInfo.environment["FLEET_SINK_PHASES"] != nil {
+            FileHandle.standardError.write("batch \(records.count): decode \(decoded - started), total \(duration)\n".data(using: .utf8)!)
+        }
         metrics.batch.recordNanoseconds(duration.nanoseconds)
         onBatch?(BatchReport(records: records.count, rejected: refused.count, outcome: outcome, duration: duration))
     }
@@ -204,24 +208,42 @@ public final class SinkService: Service, Sendable {
         public var detail: String
     }
 
+    /// Decodes a batch on all cores (JSON decoding is a third of the batch time), keeping the batch order.
+    static func decodeAll(_ records: [SinkRecord]) async -> [Result<EntitlementEvent, DecodeFailure>] {
+        let workers = max(1, min(ProcessInfo.processInfo.activeProcessorCount, records.count / 256))
+        if workers == 1 { return records.map(decode) }
+        let size = (records.count + workers - 1) / workers
+        return await withTaskGroup(of: (Int, [Result<EntitlementEvent, DecodeFailure>]).self) { group in
+            for start in stride(from: 0, to: records.count, by: size) {
+                let slice = Array(records[start..<min(start + size, records.count)])
+                group.addTask { (start, slice.map(decode)) }
+            }
+            var parts: [(Int, [Result<EntitlementEvent, DecodeFailure>])] = []
+            for await part in group { parts.append(part) }
+            return parts.sorted { $0.0 < $1.0 }.flatMap(\.1)
+        }
+    }
+
     public static func decode(_ record: SinkRecord) -> Result<EntitlementEvent, DecodeFailure> {
         let data = Data(record.value)
-        // Look at the schema first so that a v2 document is reported as such, not as a decoding error.
-        if let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
-           let schema = object["schema"] as? String, schema != EntitlementEvent.schemaVersion
-        {
-            return .failure(DecodeFailure(
+        func otherSchema() -> DecodeFailure? {
+            // A document of another schema version is reported as such, not as a decoding error.
+            guard let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
+                  let schema = object["schema"] as? String, schema != EntitlementEvent.schemaVersion
+            else { return nil }
+            return DecodeFailure(
                 reason: .unsupportedSchema,
-                detail: "schema \(schema.debugDescription), this sink reads \(EntitlementEvent.schemaVersion)"))
+                detail: "schema \(schema.debugDescription), this sink reads \(EntitlementEvent.schemaVersion)")
         }
         let event: EntitlementEvent
         do {
             event = try JSONDecoder().decode(EntitlementEvent.self, from: data)
         } catch {
-            return .failure(DecodeFailure(reason: .undecodable, detail: describe(decodingError: error)))
+            return .failure(otherSchema() ?? DecodeFailure(reason: .undecodable, detail: describe(decodingError: error)))
         }
         guard event.schema == EntitlementEvent.schemaVersion else {
-            return .failure(DecodeFailure(reason: .unsupportedSchema, detail: "schema \(event.schema.debugDescription)"))
+            return .failure(otherSchema() ?? DecodeFailure(
+                reason: .unsupportedSchema, detail: "schema \(event.schema.debugDescription)"))
         }
         for (name, value) in [("eventId", event.eventId), ("kind", event.kind), ("environment", event.environment)]
         where value.isEmpty {
@@ -286,18 +308,18 @@ public final class SinkService: Service, Sendable {
         let race = Race<T>()
         return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
             race.start(continuation)
-            let work = Task {
+            let timer = Task {
+                do { try await Task.sleep(for: limit) } catch { return }  // cancelled: the body finished
+                if race.finish(.failure(BatchTimedOut(limit: limit))) {
+                    logger.error("batch timed out; closing the database connection", metadata: ["limit": "\(limit)"])
+                    try? await connection.close()
+                }
+            }
+            Task {
                 let result: Result<T, any Error>
                 do { result = .success(try await body()) } catch { result = .failure(error) }
                 race.finish(result)
-            }
-            Task {
-                try? await Task.sleep(for: limit)
-                if race.finish(.failure(BatchTimedOut(limit: limit))) {
-                    logger.error("batch timed out; closing the database connection", metadata: ["limit": "\(limit)"])
-                    work.cancel()
-                    try? await connection.close()
-                }
+                timer.cancel()
             }
         }
     }
