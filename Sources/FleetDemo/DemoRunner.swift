@@ -17,7 +17,8 @@ public final class DemoRunner: @unchecked Sendable {
         public var executable: String
         public var workers = 2
         public var threadsPerWorker = 1
-        public var partitions = 6
+        /// Partitions of the raw and result topics (the mock's retention is per partition, see `BacklogGate`).
+        public var partitions = 16
         public var ratePerSecond = 1500
         public var traffic = DemoTraffic.Options()
         public var keepRunning = false
@@ -103,6 +104,8 @@ public final class DemoRunner: @unchecked Sendable {
                 "--environment", options.traffic.environment.rawValue, "--app-apple-id", String(options.traffic.appAppleId),
                 "--products", productsPath, "--metrics-port", String(port), "--threads", String(options.threadsPerWorker),
                 "--shutdown-deadline-seconds", "10",
+                // Commit stored offsets often so the publisher's backlog gate sees progress promptly.
+                "--kafka-property", "auto.commit.interval.ms=250",
             ])
         }
         let sinkPort = Loopback.freePort()
@@ -172,11 +175,18 @@ public final class DemoRunner: @unchecked Sendable {
         let delivered = Counter()
         let failed = Counter()
         let interval = 1.0 / Double(max(1, options.ratePerSecond))
-        let start = ContinuousClock.now
+        var gate = BacklogGate(
+            bootstrapServers: cluster.bootstrapServers, group: Self.workerGroup, topic: Self.rawTopic, partitions: options.partitions,
+            perPartitionBudget: BacklogGate.budget(messageBytes: traffic.items.map(\.value.count).max() ?? 1))
+        var start = ContinuousClock.now
         var lastDisplay = ContinuousClock.now
         for (i, item) in traffic.items.enumerated() {
             let due = start + .milliseconds(Int(Double(i) * interval * 1000))
             if due > .now { try await Task.sleep(until: due, clock: .continuous) }
+            let waitStart = ContinuousClock.now
+            try await gate.admit(published: i)
+            // Time spent waiting for the workers shifts the schedule instead of causing a catch-up burst.
+            start += ContinuousClock.now - waitStart
             let message = OutgoingMessage(topic: Self.rawTopic, key: item.key.map { Array($0.utf8) }, value: item.value,
                                           headers: [KafkaHeader(key: "published-at", string: String(Self.nowMillis()))])
             try producer.enqueue(message) { result in

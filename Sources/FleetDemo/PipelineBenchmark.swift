@@ -50,8 +50,13 @@ public struct PipelineBenchmark: Sendable {
             // Phase 1: throughput.
             let burstInputs = Self.notifications(pki: pki, count: burst, subscribers: 3000, seed: 1)
             print("bench pipeline: \(burstInputs.count) notifications generated; burst phase...")
+            // The burst runs as fast as the workers absorb it, never further ahead than the mock cluster retains.
+            let budget = BacklogGate.budget(messageBytes: burstInputs.map(\.value.count).max() ?? 1)
+            var gate = BacklogGate(bootstrapServers: cluster.bootstrapServers, group: DemoRunner.workerGroup, topic: DemoRunner.rawTopic,
+                                   partitions: options.partitions, perPartitionBudget: budget)
             let t0 = ContinuousClock.now
-            for n in burstInputs {
+            for (i, n) in burstInputs.enumerated() {
+                try await gate.admit(published: i)
                 try producer.enqueue(OutgoingMessage(topic: DemoRunner.rawTopic, key: Array(n.key.utf8), value: n.value)) { _ in }
             }
             try await waitForRows(db, table: "notifications", atLeast: burstInputs.count, timeout: .seconds(600))
@@ -69,6 +74,7 @@ public struct PipelineBenchmark: Sendable {
             for (i, n) in steady.enumerated() {
                 let due = start + .milliseconds(Int(Double(i) * interval * 1000))
                 if due > .now { try await Task.sleep(until: due, clock: .continuous) }
+                try await gate.admit(published: burstInputs.count + i)
                 if i % 10 == 0 { probes.published(n.uuid, at: .now) }
                 try producer.enqueue(OutgoingMessage(topic: DemoRunner.rawTopic, key: Array(n.key.utf8), value: n.value)) { _ in }
             }

@@ -57,6 +57,11 @@ struct EntitlementKey: Hashable {
     var entitlement: String
 }
 
+struct SubscriptionKey: Hashable {
+    var environment: String
+    var originalTransactionId: String
+}
+
 struct EntitlementRow {
     var active: Bool
     var productId: String?
@@ -104,6 +109,15 @@ extension EntitlementEvent {
         return EntitlementKey(environment: environment, subject: subject, entitlement: name)
     }
 
+    var isAutoRenewable: Bool { productType == "Auto-Renewable Subscription" }
+
+    /// The subscription (environment, originalTransactionId) of an auto-renewable event that grants access:
+    /// the tiers of one subscription group share it, and only one of them grants at a time.
+    var subscriptionKey: SubscriptionKey? {
+        guard isAutoRenewable, [.grant, .extend, .restore].contains(effect), let originalTransactionId else { return nil }
+        return SubscriptionKey(environment: environment, originalTransactionId: originalTransactionId)
+    }
+
     var ledgerKey: LedgerKey? {
         guard isConsumable, let transactionId else { return nil }
         return LedgerKey(environment: environment, transactionId: transactionId)
@@ -142,6 +156,7 @@ struct BatchPlan: Sendable {
         for event in events {
             if let k = event.entitlementKey { lockNames.insert("E\u{1}\(k.environment)\u{1}\(k.subject)\u{1}\(k.entitlement)") }
             if let k = event.ledgerKey { lockNames.insert("L\u{1}\(k.environment)\u{1}\(k.transactionId)") }
+            if let k = event.subscriptionKey { lockNames.insert("S\u{1}\(k.environment)\u{1}\(k.originalTransactionId)") }
         }
         if !lockNames.isEmpty {
             var b = ColumnBinds()
@@ -173,7 +188,9 @@ struct BatchPlan: Sendable {
 
         phase("dups")
         // 3. Current entitlement rows and ledger entries for the keys touched.
-        var entitlements = try await loadEntitlements(keys: Set(fresh.compactMap(\.entitlementKey)), tx: tx, logger: logger)
+        var entitlements = try await loadEntitlements(
+            keys: Set(fresh.compactMap(\.entitlementKey)), subscriptions: Set(fresh.compactMap(\.subscriptionKey)),
+            tx: tx, logger: logger)
         var ledgers = try await loadLedgers(keys: Set(fresh.compactMap(\.ledgerKey)), tx: tx, logger: logger)
         let loadedLedgerCounts = ledgers.mapValues(\.entries.count)
 
@@ -186,6 +203,9 @@ struct BatchPlan: Sendable {
             if let key = event.entitlementKey {
                 status = Self.applyEntitlement(event, current: &entitlements[key])
                 if status == .applied, event.effect.changesAccess { changedKeys.insert(key) }
+                if status == .applied {
+                    changedKeys.formUnion(Self.supersedeOtherTiers(event, granted: key, in: &entitlements))
+                }
             } else if let key = event.ledgerKey {
                 status = Self.applyLedger(event, state: &ledgers[key, default: LedgerState()])
             } else {
@@ -251,6 +271,12 @@ struct BatchPlan: Sendable {
             next.revokedAt = nil
             next.revocationReason = nil
         case .revoke:
+            if let existing = row, refundsAnEarlierPeriod(e, current: existing) {
+                // entitlement-mapping.md: REFUND revokes only if the refunded transaction is the one currently
+                // granting; a refund of an earlier billing period is recorded (event log, transactions) and changes
+                // no access.
+                return .applied
+            }
             next.active = false
             next.revokedAt = e.revocationDate ?? e.validUntil ?? e.signedDate
             next.revocationReason = e.reason ?? e.kind
@@ -267,6 +293,44 @@ struct BatchPlan: Sendable {
         next.updatedAt = e.verifiedAt
         row = next
         return .applied
+    }
+
+    /// An auto-renewable refund (or family revoke) of a transaction other than the one the row's access comes from,
+    /// for a period that ended before the row's current access ends.
+    static func refundsAnEarlierPeriod(_ e: EntitlementEvent, current: EntitlementRow) -> Bool {
+        guard e.isAutoRenewable, let refunded = e.transactionId, let granting = current.transactionId, refunded != granting,
+              current.active, let periodEnd = e.transaction?["expiresDate"]?.int64Value,
+              let currentEnd = current.validUntil
+        else { return false }
+        return periodEnd < currentEnd
+    }
+
+    /// An applied auto-renewable GRANT/EXTEND/RESTORE of one tier ends access to every other tier of the same
+    /// subscription (same environment and originalTransactionId): an upgrade (PLAN_UPGRADED), or a downgrade or
+    /// cross-grade taking effect at renewal. Rows changed more recently than the event are left alone.
+    /// Returns the keys it changed.
+    static func supersedeOtherTiers(
+        _ e: EntitlementEvent, granted key: EntitlementKey, in rows: inout [EntitlementKey: EntitlementRow]
+    ) -> [EntitlementKey] {
+        guard let subscription = e.subscriptionKey else { return [] }
+        var changed: [EntitlementKey] = []
+        for (other, row) in rows where other != key && other.environment == subscription.environment
+            && row.originalTransactionId == subscription.originalTransactionId && row.active
+            && row.lastSignedDate <= e.signedDate
+        {
+            var next = row
+            next.active = false
+            next.revokedAt = e.validFrom ?? e.signedDate
+            next.revocationReason = "superseded_by:\(e.productId ?? key.entitlement)"
+            next.lastSignedDate = e.signedDate
+            next.lastEventId = e.eventId
+            next.lastKind = e.kind
+            next.lastEffect = EntitlementEffect.revoke.rawValue
+            next.updatedAt = e.verifiedAt
+            rows[other] = next
+            changed.append(other)
+        }
+        return changed
     }
 
     /// valid_until only moves later; nil means "no end" (non-consumables) and wins.
@@ -315,23 +379,33 @@ struct BatchPlan: Sendable {
 
     // MARK: reads
 
+    /// The rows of the keys touched, plus every row of the subscriptions touched (for `supersedeOtherTiers`).
     private func loadEntitlements(
-        keys: Set<EntitlementKey>, tx: PostgresConnection, logger: Logger
+        keys: Set<EntitlementKey>, subscriptions: Set<SubscriptionKey>, tx: PostgresConnection, logger: Logger
     ) async throws -> [EntitlementKey: EntitlementRow] {
         guard !keys.isEmpty else { return [:] }
         let list = Array(keys)
+        let subs = Array(subscriptions)
         var b = ColumnBinds()
         let env = b.add(list.map(\.environment))
         let subject = b.add(list.map(\.subject))
         let name = b.add(list.map(\.entitlement))
+        let subEnv = b.add(subs.map(\.environment))
+        let subOriginal = b.add(subs.map(\.originalTransactionId))
+        let columns = """
+            e.environment, e.subject, e.entitlement, e.active, e.product_id, e.original_transaction_id,
+            e.transaction_id, \(ms("e.valid_from")), \(ms("e.valid_until")), \(ms("e.revoked_at")),
+            e.revocation_reason, e.last_signed_date_ms, e.last_event_id, e.last_kind, e.last_effect,
+            \(ms("e.updated_at"))
+            """
         let rows = try await tx.query(b.query("""
-            SELECT e.environment, e.subject, e.entitlement, e.active, e.product_id, e.original_transaction_id,
-                   e.transaction_id, \(ms("e.valid_from")), \(ms("e.valid_until")), \(ms("e.revoked_at")),
-                   e.revocation_reason, e.last_signed_date_ms, e.last_event_id, e.last_kind, e.last_effect,
-                   \(ms("e.updated_at"))
-            FROM entitlements e
+            SELECT \(columns) FROM entitlements e
             JOIN unnest(\(env)::text[], \(subject)::text[], \(name)::text[]) AS k(environment, subject, entitlement)
               USING (environment, subject, entitlement)
+            UNION ALL
+            SELECT \(columns) FROM entitlements e
+            JOIN unnest(\(subEnv)::text[], \(subOriginal)::text[]) AS s(environment, original_transaction_id)
+              USING (environment, original_transaction_id)
             """), logger: logger)
         var result: [EntitlementKey: EntitlementRow] = [:]
         for try await row in rows {

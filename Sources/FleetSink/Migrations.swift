@@ -224,6 +224,11 @@ public enum SinkSchema {
                 GROUP BY environment, subject, product_id
             """,
         ]),
+        // Upgrades and cross-grades within a subscription group keep the originalTransactionId: the sink finds the
+        // other tiers of the same subscription by it to end them when a newer tier is granted.
+        Migration(version: 2, name: "entitlements by subscription", statements: [
+            "CREATE INDEX entitlements_subscription ON entitlements (environment, original_transaction_id)",
+        ]),
     ]
 
     /// A fixed key for `pg_advisory_lock`, so that two migrators never run at the same time.

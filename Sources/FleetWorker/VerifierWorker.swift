@@ -125,6 +125,7 @@ public final class VerifierWorker: Service, Sendable {
         // Finish: every output already enqueued gets its delivery report (or the deadline passes), then offsets of
         // completed inputs are stored and committed by the consumer's close.
         let deadline = ContinuousClock.now + c.shutdownDeadline
+        await drainEmission()
         let flushed = await producer.flush(deadline: max(.milliseconds(100), (deadline - .now) * 0.6))
         if !flushed {
             logger.warning("some outputs were not acknowledged before the deadline; their inputs stay uncommitted and will be redelivered", metadata: ["outstanding": "\(inFlight.count)"])
@@ -134,23 +135,43 @@ public final class VerifierWorker: Service, Sendable {
         logger.info("worker stopped", metadata: ["consumer-closed-cleanly": "\(closed)", "inputs": "\(statistics.inputs)"])
     }
 
-    /// Verification runs on dedicated threads (never the cooperative pool), `threads` at a time; the outputs are then
-    /// enqueued in input order from that same thread (the producer may block for backpressure).
+    /// Serial queue that enqueues outputs in input order (so per-partition order is kept across batches).
+    private let emitQueue = DispatchQueue(label: "fleet.worker.emit")
+    /// Batches verified but not yet fully enqueued: one may be emitting while the next is verified.
+    private let emitSlots = DispatchSemaphore(value: 1)
+
+    /// Verification (and mapping and event encoding) runs on dedicated threads (never the cooperative pool),
+    /// `threads` at a time. The outputs are then enqueued in input order on a serial queue while the next batch is
+    /// already being verified (the producer may block there for backpressure); at most one batch waits for it.
     func processBatch(_ batch: [KafkaMessage], consumer: KafkaConsumer, producer: KafkaProducer, inFlight: InFlightInputs) async {
         let threads = configuration.threads
         let processor = self.processor
         await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
             DispatchQueue.global(qos: .userInitiated).async {
-                let outcomes = Self.verifyInParallel(batch, processor: processor, threads: threads, metrics: self.metrics)
-                for (message, outcome) in zip(batch, outcomes) {
-                    self.emit(message: message, outcome: outcome, consumer: consumer, producer: producer, inFlight: inFlight)
+                let prepared = Self.verifyInParallel(batch, processor: processor, threads: threads, metrics: self.metrics) { m, outcome in
+                    self.outputs(for: m, outcome: outcome)
+                }
+                self.emitSlots.wait()
+                self.emitQueue.async {
+                    for (message, item) in zip(batch, prepared) {
+                        self.emit(message: message, outcome: item.outcome, outputs: item.outputs, consumer: consumer, producer: producer, inFlight: inFlight)
+                    }
+                    self.emitSlots.signal()
                 }
                 done.resume()
             }
         }
     }
 
-    static func verifyInParallel(_ batch: [KafkaMessage], processor: InputProcessor, threads: Int, metrics: WorkerMetrics) -> [ProcessOutcome] {
+    /// Waits until every verified batch has been handed to the producer.
+    func drainEmission() async {
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in emitQueue.async { c.resume() } }
+    }
+
+    static func verifyInParallel(
+        _ batch: [KafkaMessage], processor: InputProcessor, threads: Int, metrics: WorkerMetrics,
+        outputs: @Sendable (KafkaMessage, ProcessOutcome) -> [OutgoingMessage] = { _, _ in [] }
+    ) -> [Prepared] {
         let n = batch.count
         let results = ResultSlots(count: n)
         let chunks = min(n, threads * 4)
@@ -169,30 +190,25 @@ public final class VerifierWorker: Service, Sendable {
                     at: InputCoordinates(topic: m.topic, partition: m.partition, offset: m.offset))
                 let took = (ContinuousClock.now - began).components
                 metrics.verifyLatency.recordNanoseconds(took.seconds * 1_000_000_000 + took.attoseconds / 1_000_000_000)
-                results.set(i, outcome)
+                results.set(i, Prepared(outcome: outcome, outputs: outputs(m, outcome)))
             }
         }
         return results.values
     }
 
-    private func emit(message m: KafkaMessage, outcome: ProcessOutcome, consumer: KafkaConsumer, producer: KafkaProducer, inFlight: InFlightInputs) {
-        var outputs: [OutgoingMessage] = []
-        metrics.inputs(topic: m.topic).increment()
+    /// The messages an input produces: its entitlement events, or one rejected record carrying the original bytes.
+    private func outputs(for m: KafkaMessage, outcome: ProcessOutcome) -> [OutgoingMessage] {
         switch outcome {
         case .events(let events, _):
-            metrics.verdict(verified: true, reason: "VERIFIED").increment()
-            for e in events {
-                metrics.events(kind: e.kind, effect: e.effect.rawValue).increment()
-                outputs.append(OutgoingMessage(
+            return events.map { e in
+                OutgoingMessage(
                     topic: configuration.resultTopic,
                     key: Array(EntitlementMapper.partitionKey(for: e).utf8),
                     value: e.jsonBytes(),
-                    headers: [KafkaHeader(key: "event-kind", string: e.kind), KafkaHeader(key: "event-id", string: e.eventId)]))
+                    headers: [KafkaHeader(key: "event-kind", string: e.kind), KafkaHeader(key: "event-id", string: e.eventId)])
             }
-            stats.withLock { $0.inputs += 1; $0.verified += 1; $0.events += events.count }
         case .rejected(let reason, let detail):
-            metrics.verdict(verified: false, reason: reason.rawValue).increment()
-            outputs.append(OutgoingMessage(
+            return [OutgoingMessage(
                 topic: configuration.rejectedTopic, key: m.key, value: m.value,
                 headers: [
                     KafkaHeader(key: RejectedHeaders.reason, string: reason.rawValue),
@@ -200,7 +216,22 @@ public final class VerifierWorker: Service, Sendable {
                     KafkaHeader(key: RejectedHeaders.sourceTopic, string: m.topic),
                     KafkaHeader(key: RejectedHeaders.sourcePartition, string: String(m.partition)),
                     KafkaHeader(key: RejectedHeaders.sourceOffset, string: String(m.offset)),
-                ]))
+                ])]
+        }
+    }
+
+    private func emit(
+        message m: KafkaMessage, outcome: ProcessOutcome, outputs: [OutgoingMessage], consumer: KafkaConsumer,
+        producer: KafkaProducer, inFlight: InFlightInputs
+    ) {
+        metrics.inputs(topic: m.topic).increment()
+        switch outcome {
+        case .events(let events, _):
+            metrics.verdict(verified: true, reason: "VERIFIED").increment()
+            for e in events { metrics.events(kind: e.kind, effect: e.effect.rawValue).increment() }
+            stats.withLock { $0.inputs += 1; $0.verified += 1; $0.events += events.count }
+        case .rejected(let reason, _):
+            metrics.verdict(verified: false, reason: reason.rawValue).increment()
             stats.withLock { $0.inputs += 1; $0.rejected += 1 }
         }
         if outputs.isEmpty {
@@ -268,10 +299,16 @@ final class InFlightInputs: Sendable {
     var count: Int { value.load(ordering: .relaxed) }
 }
 
+/// One verified input: its outcome and the messages it produces.
+struct Prepared: Sendable {
+    var outcome: ProcessOutcome
+    var outputs: [OutgoingMessage]
+}
+
 /// Pre-sized result slots written by index from several threads (each index exactly once).
 final class ResultSlots: @unchecked Sendable {
     // Safety: every index is written by exactly one thread inside concurrentPerform, and read only after it returns.
-    private let storage: UnsafeMutableBufferPointer<ProcessOutcome?>
+    private let storage: UnsafeMutableBufferPointer<Prepared?>
 
     init(count: Int) {
         storage = .allocate(capacity: count)
@@ -283,10 +320,10 @@ final class ResultSlots: @unchecked Sendable {
         storage.deallocate()
     }
 
-    func set(_ i: Int, _ v: ProcessOutcome) { storage[i] = v }
+    func set(_ i: Int, _ v: Prepared) { storage[i] = v }
 
-    var values: [ProcessOutcome] {
-        storage.map { $0 ?? .rejected(reason: RejectionReason(rawValue: "INTERNAL_ERROR"), detail: "no outcome") }
+    var values: [Prepared] {
+        storage.map { $0 ?? Prepared(outcome: .rejected(reason: RejectionReason(rawValue: "INTERNAL_ERROR"), detail: "no outcome"), outputs: []) }
     }
 }
 

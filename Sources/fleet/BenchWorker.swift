@@ -1,5 +1,6 @@
 import AppStoreVerification
 import ArgumentParser
+import FleetDemo
 import FleetKafka
 import FleetOperations
 import FleetTestPKI
@@ -13,7 +14,7 @@ struct BenchWorker: AsyncParsableCommand {
         abstract: "Measure one worker process's throughput and memory against the single-thread verify-only rate.")
 
     @Option(help: "Notifications to pre-produce.")
-    var inputs = 40_000
+    var inputs = 20_000
 
     @Option(help: "Seconds for the verify-only reference measurement.")
     var verifySeconds = 3.0
@@ -29,11 +30,6 @@ struct BenchWorker: AsyncParsableCommand {
         let verifyRate = reference.notifications_per_s
 
         // 2. Pre-produce notifications (outer + nested transaction + renewal info) to the embedded cluster.
-        let cluster = try EmbeddedKafkaCluster(brokers: 1)
-        defer { cluster.shutdown() }
-        try cluster.createTopic("bench.raw", partitions: 6)
-        try cluster.createTopic("bench.result", partitions: 6)
-        try cluster.createTopic("bench.rejected", partitions: 1)
         let pki = try TestPKI()
         let now = TestPayloads.nowMillis()
         let distinct = 2000
@@ -45,12 +41,29 @@ struct BenchWorker: AsyncParsableCommand {
             let r = TestPayloads.renewalInfo(originalTransactionId: original, signedDate: now - 1000)
             values.append(Array(pki.signNotification(type: .didRenew, transaction: t, renewal: r, signedDate: now - 500).utf8))
         }
+        // The mock cluster keeps ~5 MB per partition and deletes older data even if unread: spread the pre-produced
+        // inputs over enough partitions that every one of them stays retained.
+        let largest = values.map(\.count).max() ?? 1
+        let partitions = max(6, Int((Double(inputs) * Double(largest) / (0.8 * Double(BacklogGate.mockPartitionBytes))).rounded(.up)))
+        let cluster = try EmbeddedKafkaCluster(brokers: 1)
+        defer { cluster.shutdown() }
+        try cluster.createTopic("bench.raw", partitions: partitions)
+        try cluster.createTopic("bench.result", partitions: partitions)
+        try cluster.createTopic("bench.rejected", partitions: 1)
         let producer = try KafkaProducer(configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers, clientId: "bench-publisher"))
         for i in 0..<inputs {
-            try producer.enqueue(OutgoingMessage(topic: "bench.raw", key: Array(String(i % distinct).utf8), value: values[i % distinct])) { _ in }
+            // Spread evenly (explicit partition) so that no partition outgrows the mock's retention.
+            try producer.enqueue(OutgoingMessage(topic: "bench.raw", key: Array(String(i % distinct).utf8), value: values[i % distinct],
+                                                 partition: Int32(i % partitions))) { _ in }
         }
         guard await producer.flush(deadline: .seconds(60)) else { throw ValidationError("could not pre-produce the inputs") }
         producer.close()
+        let retained = try await KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers, clientId: "bench-admin"))
+            .consumerLag(groupId: "bench", topics: ["bench.raw"])
+        guard retained.totalLag == Int64(inputs) else {
+            throw ValidationError("the embedded cluster retained \(retained.totalLag) of \(inputs) inputs; lower --inputs")
+        }
+        print("pre-produced \(inputs) notifications of up to \(largest) bytes over \(partitions) partitions")
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("bench-root-\(UUID().uuidString.prefix(6)).der").path
         FileManager.default.createFile(atPath: root, contents: Data(TestPKI.der(pki.root)))
 

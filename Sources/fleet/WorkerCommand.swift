@@ -142,9 +142,15 @@ struct Worker: AsyncParsableCommand {
         if let path = s.string("products", flag: products) {
             catalogue = try ProductCatalogue.load(path: path)
         }
+        // Memory: raw inputs are large (a notification is 10-20 KB), so the worker keeps a modest prefetch:
+        // 2,000 messages handed over but not yet processed, librdkafka's own fetch queue at 16 MB (its 64 MB default
+        // alone would be most of the worker's memory) filled by small fetches (256 KB per partition, 8 MB per
+        // request), so that a fetch response never overshoots the queue bound and trips 2.0.2's 1-second fetch
+        // backoff. Measured with `fleet bench worker`; each can be overridden through kafka properties.
+        var properties = try s.kafkaProperties(flag: service.kafkaProperties)
+        for (key, value) in Self.fetchDefaults where properties[key] == nil { properties[key] = value }
         let kafka = KafkaConfiguration(
-            bootstrapServers: bootstrap, clientId: "fleet-worker",
-            properties: try s.kafkaProperties(flag: service.kafkaProperties))
+            bootstrapServers: bootstrap, clientId: "fleet-worker", properties: properties, maxBufferedMessages: 2_000)
         return WorkerConfiguration(
             kafka: kafka, group: s.string("group", flag: service.group, default: "fleet-verifiers")!,
             inputTopics: topics,
@@ -155,4 +161,8 @@ struct Worker: AsyncParsableCommand {
             threads: try s.int("threads", flag: threads, default: ProcessInfo.processInfo.activeProcessorCount),
             shutdownDeadline: .seconds(try s.int("shutdown-deadline-seconds", flag: service.shutdownDeadlineSeconds, default: 25)))
     }
+
+    static let fetchDefaults = [
+        "queued.max.messages.kbytes": "16384", "max.partition.fetch.bytes": "262144", "fetch.max.bytes": "8388608",
+    ]
 }

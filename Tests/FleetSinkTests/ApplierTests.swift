@@ -106,6 +106,62 @@ struct ApplierTests {
         }
     }
 
+    @Test("an upgrade grants the new tier and ends the old one of the same subscription; older events of the old tier are stale")
+    func upgradeSupersedesOldTier() async throws {
+        let url = try await TestPostgres.shared.freshDatabase()
+        let t = baseTime
+        let buy = makeEvent("buy", kind: "SUBSCRIPTION_STARTED", effect: .grant, signed: t, validFrom: t,
+                            validUntil: t + 30 * day, notificationType: "SUBSCRIBED", subtype: "INITIAL_BUY")
+        let upgrade = makeEvent("upgrade", kind: "PLAN_UPGRADED", effect: .grant, signed: t + 10 * day,
+                                product: "com.example.pro.monthly", entitlement: "pro", transactionId: "tx-2",
+                                validFrom: t + 10 * day, validUntil: t + 40 * day,
+                                notificationType: "DID_CHANGE_RENEWAL_PREF", subtype: "UPGRADE")
+        let lateOldTier = makeEvent("old-renewal-status", kind: "SUBSCRIPTION_RENEWED", effect: .extend, signed: t + 5 * day,
+                                    validUntil: t + 30 * day, notificationType: "DID_RENEW")
+        try await onDatabase(url) { (c: PostgresConnection) async throws in
+            _ = try await applier.apply([buy], connection: c, logger: testLogger)
+            let o = try await applier.apply([upgrade], connection: c, logger: testLogger)
+            #expect(o.statuses["upgrade"] == .applied)
+            #expect(try await scalar(c, "SELECT active FROM entitlements WHERE entitlement = 'pro'", as: Bool.self))
+            #expect(try await scalar(c, "SELECT active FROM entitlements WHERE entitlement = 'premium'", as: Bool.self) == false)
+            #expect(try await scalar(c, "SELECT revocation_reason FROM entitlements WHERE entitlement = 'premium'", as: String.self)
+                    == "superseded_by:com.example.pro.monthly")
+            #expect(try await scalar(c, "SELECT (extract(epoch FROM revoked_at) * 1000)::bigint FROM entitlements WHERE entitlement = 'premium'", as: Int64.self)
+                    == t + 10 * day)
+            let late = try await applier.apply([lateOldTier], connection: c, logger: testLogger)
+            #expect(late.statuses["old-renewal-status"] == .stale)
+            #expect(try await scalar(c, "SELECT count(*) FROM entitlements_current WHERE entitled_now", as: Int64.self) == 1)
+        }
+    }
+
+    @Test("a refund of an earlier billing period changes no access; a refund of the granting period revokes")
+    func refundOfEarlierPeriod() async throws {
+        let url = try await TestPostgres.shared.freshDatabase()
+        let t = baseTime
+        let buy = makeEvent("buy", kind: "SUBSCRIPTION_STARTED", effect: .grant, signed: t, validFrom: t,
+                            validUntil: t + 30 * day, notificationType: "SUBSCRIBED", subtype: "INITIAL_BUY")
+        let renew = makeEvent("renew", kind: "SUBSCRIPTION_RENEWED", effect: .extend, signed: t + 30 * day,
+                              transactionId: "tx-2", validFrom: t + 30 * day, validUntil: t + 60 * day, notificationType: "DID_RENEW")
+        // Apple refunds the first period (tx-1, which expired at t + 30 days) while tx-2 grants access.
+        let oldRefund = makeEvent("refund-1", kind: "REFUNDED", effect: .revoke, signed: t + 35 * day, transactionId: "tx-1",
+                                  validFrom: t, validUntil: t + 30 * day, revocationDate: t + 35 * day, notificationType: "REFUND")
+        let currentRefund = makeEvent("refund-2", kind: "REFUNDED", effect: .revoke, signed: t + 36 * day, transactionId: "tx-2",
+                                      validFrom: t + 30 * day, validUntil: t + 60 * day, revocationDate: t + 36 * day,
+                                      notificationType: "REFUND")
+        try await onDatabase(url) { (c: PostgresConnection) async throws in
+            _ = try await applier.apply([buy, renew], connection: c, logger: testLogger)
+            let o = try await applier.apply([oldRefund], connection: c, logger: testLogger)
+            #expect(o.statuses["refund-1"] == .applied)
+            #expect(try await scalar(c, "SELECT active FROM entitlements", as: Bool.self))
+            #expect(try await scalar(c, "SELECT last_event_id FROM entitlements", as: String.self) == "renew")
+            #expect(try await scalar(c, "SELECT revocation_date IS NOT NULL FROM transactions WHERE transaction_id = 'tx-1'", as: Bool.self))
+            let o2 = try await applier.apply([currentRefund], connection: c, logger: testLogger)
+            #expect(o2.statuses["refund-2"] == .applied)
+            #expect(try await scalar(c, "SELECT active FROM entitlements", as: Bool.self) == false)
+            #expect(try await scalar(c, "SELECT last_event_id FROM entitlements", as: String.self) == "refund-2")
+        }
+    }
+
     @Test("within one batch events apply in signedDate order, whatever the delivery order")
     func batchOrder() async throws {
         let url = try await TestPostgres.shared.freshDatabase()
