@@ -1,5 +1,6 @@
 import ArgumentParser
 import FleetDemo
+import FleetOperations
 import FleetTestPKI
 import Foundation
 
@@ -22,6 +23,7 @@ struct BenchPipeline: AsyncParsableCommand {
     var seconds = 10
 
     func run() async throws {
+        FleetLogging.bootstrap(format: "text", level: "warning")
         let reference = try VerifyBenchmark.run(seconds: 3, threads: 1)
         var bench = PipelineBenchmark(executable: currentExecutable(), verifyReference: reference.notifications_per_s)
         bench.workers = max(1, workers)

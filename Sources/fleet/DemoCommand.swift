@@ -1,5 +1,6 @@
 import ArgumentParser
 import FleetDemo
+import FleetOperations
 import Foundation
 
 /// `fleet demo`: the whole pipeline on embedded defaults (mock Kafka cluster, throwaway PostgreSQL), as processes.
@@ -29,6 +30,8 @@ struct Demo: AsyncParsableCommand {
     var keepRunning = false
 
     func run() async throws {
+        // The live display is the output; library logs (Kafka client, PostgreSQL) only when something goes wrong.
+        FleetLogging.bootstrap(format: "text", level: "warning")
         var options = DemoRunner.Options(executable: currentExecutable())
         options.workers = max(1, workers)
         options.threadsPerWorker = max(1, ProcessInfo.processInfo.activeProcessorCount / options.workers)

@@ -130,7 +130,7 @@ struct ApplierTests {
                     == t + 10 * day)
             let late = try await applier.apply([lateOldTier], connection: c, logger: testLogger)
             #expect(late.statuses["old-renewal-status"] == .stale)
-            #expect(try await scalar(c, "SELECT count(*) FROM entitlements_current WHERE entitled_now", as: Int64.self) == 1)
+            #expect(try await scalar(c, "SELECT count(*) FROM entitlements WHERE active", as: Int64.self) == 1)
         }
     }
 
