@@ -153,7 +153,10 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]),
         .testTarget(name: "FleetOperationsTests", dependencies: ["FleetOperations", .product(name: "Logging", package: "swift-log")]),
-        .testTarget(name: "FleetCLITests", dependencies: ["FleetTestPKI", "AppStoreVerification", "FleetKafka", "EntitlementDomain"]),
+        .testTarget(name: "FleetCLITests", dependencies: [
+            "fleet", "FleetTestPKI", "AppStoreVerification", "FleetKafka", "EntitlementDomain",
+            .product(name: "Crypto", package: "swift-crypto"),
+        ]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -438,7 +438,7 @@ public final class SinkService: Service, Sendable {
     }
 }
 
-/// The sink's metrics (names fixed by CONTRACTS.md).
+/// The sink's metrics (names listed in the README).
 struct SinkMetrics: Sendable {
     let applied = Counter(label: "fleet_sink_events_total", dimensions: [("status", "applied")])
     let stale = Counter(label: "fleet_sink_events_total", dimensions: [("status", "stale")])

@@ -1,5 +1,6 @@
 import ArgumentParser
 import FleetKafka
+import FleetOperations
 import Foundation
 import Synchronization
 
@@ -46,6 +47,7 @@ struct BenchKafka: AsyncParsableCommand {
     }
 
     func run() async throws {
+        FleetLogging.bootstrap(format: "text", level: "warning")
         let cluster = try EmbeddedKafkaCluster(brokers: brokers)
         defer { cluster.shutdown() }
         let wrapperTopics = (0..<passes).map { "bench.wrapper.\($0)" }

@@ -1,7 +1,9 @@
 import AppStoreVerification
 import ArgumentParser
 import EntitlementDomain
+import FleetDemo
 import FleetKafka
+import FleetOperations
 import FleetSink
 import Foundation
 import Logging
@@ -23,43 +25,54 @@ struct BenchSink: AsyncParsableCommand {
     var events: Int = 100_000
     @Option(help: "Most events per database transaction")
     var batchSize: Int = 2000
-    @Option(help: "Partitions of the result topic")
-    var partitions: Int = 4
+    @Option(help: "Partitions of the result topic (default: enough for the embedded cluster to retain every event)")
+    var partitions: Int?
 
     func run() async throws {
-        guard events > 0, batchSize > 0, partitions > 0 else { throw ValidationError("all counts must be positive") }
+        guard events > 0, batchSize > 0, partitions ?? 1 > 0 else { throw ValidationError("all counts must be positive") }
+        FleetLogging.bootstrap(format: "text", level: "warning")
         var logger = Logger(label: "fleet.bench.sink")
         logger.logLevel = .warning
         let postgres = try await ThrowawayPostgres(database: "bench")
         defer { postgres.destroy() }
+        let stream = BenchStream.make(count: events)
+        let encoder = JSONEncoder()
+        let values = try stream.map { Array(try encoder.encode($0)) }
+        // The mock cluster keeps ~5 MB per partition and deletes older data even if unread: spread the events over
+        // enough partitions that every one stays retained (half the retention each, room for hash skew).
+        let bytes = values.reduce(0) { $0 + $1.count }
+        let partitions = self.partitions ?? max(4, Int((Double(bytes) / (0.5 * Double(BacklogGate.mockPartitionBytes))).rounded(.up)))
         let cluster = try EmbeddedKafkaCluster(brokers: 1)
         defer { cluster.shutdown() }
         let topic = "bench.entitlements.verified"
         try cluster.createTopic(topic, partitions: partitions)
         try cluster.createTopic("bench.sink-rejected", partitions: 1)
-
-        let stream = BenchStream.make(count: events)
         print("bench sink: \(events) events, batch \(batchSize), \(partitions) partitions; PostgreSQL \(postgres.binDirectory)")
 
         // Produce (not timed).
         let kafka = KafkaConfiguration(bootstrapServers: cluster.bootstrapServers, clientId: "bench-sink")
         let producer = try KafkaProducer(configuration: kafka)
-        let encoder = JSONEncoder()
         var produced = 0
         let failures = Mutex(0)
         for event in stream {
-            let value = Array(try encoder.encode(event))
+            // Partitioned by subject so that a subject's events stay in order, as the workers key them.
+            let key = event.originalTransactionId ?? event.eventId
+            let partition = Int32(truncatingIfNeeded: UInt32(truncatingIfNeeded: key.utf8.reduce(5381) { ($0 &* 33) &+ Int($1) }) % UInt32(partitions))
             try producer.enqueue(OutgoingMessage(
-                topic: topic, key: Array((event.originalTransactionId ?? event.eventId).utf8), value: value,
+                topic: topic, key: Array(key.utf8), value: values[produced],
                 headers: [KafkaHeader(key: "event-kind", string: event.kind),
-                          KafkaHeader(key: "event-id", string: event.eventId)])) { result in
+                          KafkaHeader(key: "event-id", string: event.eventId)], partition: partition)) { result in
                 if case .failure = result { failures.withLock { $0 += 1 } }
             }
             produced += 1
         }
         guard await producer.flush(deadline: .seconds(120)) else { throw ValidationError("producing the bench events timed out") }
         guard failures.withLock({ $0 }) == 0 else { throw ValidationError("\(failures.withLock { $0 }) bench events failed to produce") }
-        print("produced \(produced) events")
+        let retained = try await KafkaAdmin(configuration: kafka).consumerLag(groupId: "bench-sink", topics: [topic]).totalLag
+        guard retained == Int64(events) else {
+            throw ValidationError("the embedded cluster retained \(retained) of \(events) events; use more --partitions")
+        }
+        print("produced \(produced) events (\(bytes / max(1, events)) bytes each on average) over \(partitions) partitions")
 
         // Migrate, then run the sink until every event is processed.
         let connection = try await PostgresConnection.connect(

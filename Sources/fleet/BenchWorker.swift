@@ -23,6 +23,7 @@ struct BenchWorker: AsyncParsableCommand {
     var threads: Int?
 
     func run() async throws {
+        FleetLogging.bootstrap(format: "text", level: "warning")
         let fleet = currentExecutable()
         let cores = ProcessInfo.processInfo.activeProcessorCount
         // 1. The reference: single-thread verify-only notifications/s, measured now, on this machine.

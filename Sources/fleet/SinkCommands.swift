@@ -7,7 +7,7 @@ import PostgresNIO
 import FleetKafka
 import ServiceLifecycle
 
-/// Reads `FLEET_<NAME>` when a flag was not given (CONTRACTS.md: flag > environment > config file > default;
+/// Reads `FLEET_<NAME>` when a flag was not given (flag > environment > config file > default;
 /// the YAML layer is FleetOperations').
 func fleetEnvironment(_ name: String) -> String? {
     let value = ProcessInfo.processInfo.environment["FLEET_" + name]

@@ -12,7 +12,7 @@ import yaml
 import helm_python
 from conftest import CHART, EVERYTHING, REPO, render, with_mode
 
-# CONTRACTS.md: the keys of config/fleet.yaml (flag names without `--`).
+# The keys of config/fleet.yaml (flag names without `--`).
 CONTRACT_KAFKA_KEYS = {"bootstrap-servers", "properties"}
 CONTRACT_WORKER_KEYS = {
     "group", "input-topic", "result-topic", "rejected-topic", "root-certificate", "bundle-id", "environment",
@@ -333,7 +333,7 @@ def test_rollout_never_surges_beyond_the_partitions():
     assert strategy == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
 
 
-# ---- ConfigMap layout (CONTRACTS.md) ----------------------------------------------------------------
+# ---- ConfigMap layout (config/fleet.yaml) ----------------------------------------------------------------
 
 @pytest.mark.parametrize("extra", [{}, EVERYTHING], ids=["defaults", "everything"])
 def test_configmap_has_the_contract_layout(extra):
