@@ -645,14 +645,15 @@ struct BatchPlan: Sendable {
             """
         let select = """
             env, txn, sd, fleet_ms(sd), ot, wo, bu, pr, ty, tok, own, qty, fleet_ms(pd), fleet_ms(opd), fleet_ms(ex),
-            fleet_ms(rd), rr, rt, rp, up, p::jsonb, ev
+            fleet_ms(rd), rr, rt, rp, up, pj, ev
             """
         let updates = columns.split(separator: ",").map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
             .filter { $0 != "environment" && $0 != "transaction_id" }
             .map { "\($0) = EXCLUDED.\($0)" }.joined(separator: ", ")
         let rows = try await tx.query(b.query("""
             WITH v AS (
-                SELECT * FROM unnest(\(env)::text[], \(txn)::text[], \(signed)::bigint[], \(original)::text[],
+                -- Materialized once (used twice): the payload is parsed into jsonb once per version.
+                SELECT x.*, x.p::jsonb AS pj FROM unnest(\(env)::text[], \(txn)::text[], \(signed)::bigint[], \(original)::text[],
                     \(webOrder)::text[], \(bundle)::text[], \(product)::text[], \(type)::text[], \(token)::text[],
                     \(ownership)::text[], \(quantity)::integer[], \(purchase)::bigint[], \(originalPurchase)::bigint[],
                     \(expires)::bigint[], \(revocation)::bigint[], \(revocationReason)::integer[],

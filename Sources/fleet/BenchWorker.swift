@@ -66,7 +66,7 @@ struct BenchWorker: AsyncParsableCommand {
         }
         print("pre-produced \(inputs) notifications of up to \(largest) bytes over \(partitions) partitions")
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("bench-root-\(UUID().uuidString.prefix(6)).der").path
-        FileManager.default.createFile(atPath: root, contents: Data(TestPKI.der(pki.root)))
+        _ = FileManager.default.createFile(atPath: root, contents: Data(TestPKI.der(pki.root)))
 
         // 3. One worker process using every core.
         let port = Loopback.freePort()
@@ -79,7 +79,7 @@ struct BenchWorker: AsyncParsableCommand {
             "--threads", String(threads ?? cores), "--log-level", "warning", "--log-format", "text",
         ]
         let logPath = FileManager.default.temporaryDirectory.appendingPathComponent("bench-worker-\(UUID().uuidString.prefix(6)).log").path
-        FileManager.default.createFile(atPath: logPath, contents: nil)
+        _ = FileManager.default.createFile(atPath: logPath, contents: nil)
         let log = try FileHandle(forWritingTo: URL(fileURLWithPath: logPath))
         p.standardOutput = log
         p.standardError = log

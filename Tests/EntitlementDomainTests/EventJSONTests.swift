@@ -1,0 +1,51 @@
+import AppStoreVerification
+import EntitlementDomain
+import Foundation
+import Testing
+
+/// The hand-written event codec (`jsonBytes()` / `init(jsonBytes:)`, used by the workers and the sink) agrees with
+/// the Codable one (what other consumers of the result topic use) in both directions.
+@Suite("Entitlement event JSON codec")
+struct EventJSONTests {
+    static let full = EntitlementEvent(
+        eventId: "e1", kind: "REFUNDED", effect: .revoke, reason: "refund", environment: "Sandbox",
+        bundleId: "com.example.app", appAppleId: 1234567890, subject: "7c3e8d7a-0000-4000-8000-000000000001",
+        productId: "com.example.pro.monthly", productType: "Auto-Renewable Subscription", transactionId: "2000000000000002",
+        originalTransactionId: "2000000000000001", webOrderLineItemId: "500000000000002",
+        appAccountToken: "7c3e8d7a-0000-4000-8000-000000000001", ownershipType: "PURCHASED", quantity: 2,
+        validFrom: 1_760_000_000_000, validUntil: 1_760_259_200_000, revocationDate: 1_760_259_200_000,
+        revocationReason: 0, revocationType: "REFUND_PRORATED", revocationPercentage: 50_000,
+        notification: EventNotification(uuid: "0b8e1f0c", type: "REFUND", subtype: nil, signedDate: 1_760_259_201_000, version: "2.0"),
+        signedDate: 1_760_259_201_000, verifiedAt: 1_760_259_201_350,
+        source: EventSource(topic: "appstore.raw", partition: 2, offset: 41, inputKind: "notification"),
+        units: 20, entitlement: "pro",
+        transaction: .object(["transactionId": .string("2000000000000002"), "price": .integer(9990), "note": .string("quote \" and \\ and \u{1} and é")]),
+        renewalInfo: .object(["autoRenewStatus": .integer(1), "list": .array([.bool(true), .null])]))
+
+    @Test("fast encode -> fast decode and Codable decode give the same event")
+    func fastEncode() throws {
+        let bytes = Self.full.jsonBytes()
+        #expect(try EntitlementEvent(jsonBytes: bytes) == Self.full)
+        #expect(try JSONDecoder().decode(EntitlementEvent.self, from: Data(bytes)) == Self.full)
+    }
+
+    @Test("Codable encode -> fast decode gives the same event")
+    func codableEncode() throws {
+        let data = try JSONEncoder().encode(Self.full)
+        #expect(try EntitlementEvent(jsonBytes: Array(data)) == Self.full)
+    }
+
+    @Test("another schema version and non-events are refused with a reason")
+    func refusals() {
+        var other = Self.full
+        other.schema = "entitlement-event/v2"
+        #expect(throws: EntitlementEvent.DecodingError.self) { try EntitlementEvent(jsonBytes: other.jsonBytes()) }
+        do {
+            _ = try EntitlementEvent(jsonBytes: other.jsonBytes())
+        } catch {
+            #expect(error.reason.hasPrefix("unsupported schema"))
+        }
+        #expect(throws: EntitlementEvent.DecodingError.self) { try EntitlementEvent(jsonBytes: Array("[1,2]".utf8)) }
+        #expect(throws: EntitlementEvent.DecodingError.self) { try EntitlementEvent(jsonBytes: Array("{\"schema\":".utf8)) }
+    }
+}
