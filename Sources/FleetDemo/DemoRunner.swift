@@ -106,20 +106,25 @@ public final class DemoRunner: @unchecked Sendable {
                 "--shutdown-deadline-seconds", "10",
                 // Commit stored offsets often so the publisher's backlog gate sees progress promptly.
                 "--kafka-property", "auto.commit.interval.ms=250",
-            ])
+            ] + Self.mockFetchProperties)
         }
         let sinkPort = Loopback.freePort()
         try spawn("sink", port: sinkPort, [
             "sink", "--bootstrap-servers", cluster.bootstrapServers, "--group", Self.sinkGroup,
             "--result-topic", Self.resultTopic, "--rejected-topic", Self.sinkRejectedTopic,
             "--database-url", pg.url, "--metrics-port", String(sinkPort), "--shutdown-deadline-seconds", "10",
-        ])
+        ] + Self.mockFetchProperties)
         say("processes  \(options.workers) verifier worker(s) + 1 sink, logs in \(directory)/*.log; waiting for readiness...")
         try await waitReady(timeout: .seconds(90))
         say("ready      all processes report /readyz 200")
     }
 
     var pki: TestPKI?
+
+    /// librdkafka 2.0.2's mock broker answers an empty fetch only after the full `fetch.wait.max.ms` (500 ms by
+    /// default), even when data arrives meanwhile (a real broker answers as soon as data is there). Every hop of the
+    /// embedded pipeline would add up to half a second of latency; a short wait keeps the demo's latency honest.
+    static let mockFetchProperties = ["--kafka-property", "fetch.wait.max.ms=10"]
 
     public func stop() async {
         for c in children where c.process.isRunning { kill(c.process.processIdentifier, SIGTERM) }
