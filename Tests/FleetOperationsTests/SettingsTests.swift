@@ -112,5 +112,11 @@ struct ExampleConfigTests {
         let sink = try await FleetSettings(section: "sink", configFile: path, environment: [:])
         #expect(try sink.int("metrics-port", flag: nil, default: 0) == 9091)
         #expect(sink.string("rejected-topic", flag: nil) == "entitlements.sink-rejected")
+        #expect(try sink.int("max-batch-size", flag: nil, default: 0) == 2000)
+        #expect(worker.string("validation-time", flag: nil) == "signed-date")
+        #expect(try worker.bool("allow-unsigned-environments", flag: false) == false)
+        // An environment variable still beats the file.
+        let overridden = try await FleetSettings(section: "worker", configFile: path, environment: ["FLEET_VALIDATION_TIME": "now"])
+        #expect(overridden.string("validation-time", flag: nil) == "now")
     }
 }
