@@ -41,12 +41,36 @@ public struct EventApplier: Sendable {
     public func apply(
         _ events: [EntitlementEvent], connection: PostgresConnection, logger: Logger
     ) async throws -> ApplyOutcome {
-        if events.isEmpty { return ApplyOutcome() }
-        let plan = BatchPlan(events: events)
+        try await apply(prepare(events), connection: connection, logger: logger)
+    }
+
+    /// The database-independent part of a batch (ordering, the JSON text of every payload): the sink prepares the
+    /// next batch while the current one is written.
+    public func prepare(_ events: [EntitlementEvent]) -> PreparedBatch {
+        PreparedBatch(plan: BatchPlan(events: events))
+    }
+
+    public func apply(_ batch: PreparedBatch, connection: PostgresConnection, logger: Logger) async throws -> ApplyOutcome {
+        if batch.plan.events.isEmpty { return ApplyOutcome() }
         return try await connection.withTransaction(logger: logger) { tx in
-            try await plan.execute(on: tx, logger: logger)
+            try await batch.plan.execute(on: tx, logger: logger)
         }
     }
+}
+
+/// A batch ready to be written (see `EventApplier.prepare`).
+public struct PreparedBatch: Sendable {
+    let plan: BatchPlan
+    public var count: Int { plan.events.count }
+}
+
+/// The JSON text of an event's payload columns, computed once per event before the database transaction.
+struct EventTexts: Sendable {
+    var notification: String?
+    var transaction: String?
+    var renewalInfo: String?
+    var appTransaction: String?
+    var details: String?
 }
 
 // MARK: - Entitlement and ledger state (Swift side of the state machine)
@@ -130,12 +154,23 @@ extension EntitlementEvent {
 /// Everything a batch needs, prepared before the transaction starts.
 struct BatchPlan: Sendable {
     let events: [EntitlementEvent]
+    /// By eventId (the first event of an id wins, as in the writes).
+    let texts: [String: EventTexts]
 
     init(events: [EntitlementEvent]) {
         // Stable order by signedDate: within a key, events apply in signing order; ties keep delivery order.
         self.events = events.enumerated()
             .sorted { ($0.element.signedDate, $0.offset) < ($1.element.signedDate, $1.offset) }
             .map(\.element)
+        var texts: [String: EventTexts] = [:]
+        texts.reserveCapacity(events.count)
+        for e in self.events where texts[e.eventId] == nil {
+            texts[e.eventId] = EventTexts(
+                notification: e.notification.map { Self.notificationPayload(e, $0) },
+                transaction: Self.jsonText(e.transaction), renewalInfo: Self.jsonText(e.renewalInfo),
+                appTransaction: Self.jsonText(e.appTransaction), details: Self.jsonText(e.details))
+        }
+        self.texts = texts
     }
 
     func execute(on tx: PostgresConnection, logger: Logger) async throws -> ApplyOutcome {
@@ -495,7 +530,7 @@ struct BatchPlan: Sendable {
         let original = b.add(picked.map(\.0.originalTransactionId))
         let transaction = b.add(picked.map(\.0.transactionId))
         let signed = b.add(picked.map(\.1.signedDate))
-        let payload = b.add(picked.map { Self.notificationPayload($0.0, $0.1) })
+        let payload = b.add(picked.map { texts[$0.0.eventId]?.notification ?? Self.notificationPayload($0.0, $0.1) })
         let topic = b.add(picked.map(\.0.source.topic))
         let partition = b.add(picked.map(\.0.source.partition))
         let offset = b.add(picked.map(\.0.source.offset))
@@ -540,10 +575,29 @@ struct BatchPlan: Sendable {
     /// `\u0000`); non-finite numbers (impossible from parsed JSON) become null.
     static func jsonText(_ value: JSONValue?) -> String? {
         guard let value else { return nil }
+        // The byte-level writer of the verification core (several times faster than building a String scalar by
+        // scalar); the rare document with an escaped NUL goes through the NUL-dropping writer below.
+        let bytes = value.serializedBytes(sortedKeys: false)
+        if !containsEscapedNUL(bytes) { return String(decoding: bytes, as: UTF8.self) }
         var out = ""
-        out.reserveCapacity(512)
+        out.reserveCapacity(bytes.count)
         writeJSON(value, into: &out)
         return out
+    }
+
+    /// Whether `\u0000` occurs in JSON text (possibly preceded by an escaped backslash: then it is a false
+    /// positive, which only costs the slower writer).
+    static func containsEscapedNUL(_ bytes: [UInt8]) -> Bool {
+        bytes.withUnsafeBufferPointer { b in
+            guard b.count >= 6 else { return false }
+            var i = 0
+            while i <= b.count - 6 {
+                if b[i] == 0x5C && b[i + 1] == 0x75 && b[i + 2] == 0x30 && b[i + 3] == 0x30 && b[i + 4] == 0x30
+                    && b[i + 5] == 0x30 { return true }
+                i += 1
+            }
+            return false
+        }
     }
 
     private static func writeJSON(_ value: JSONValue, into out: inout String) {
@@ -635,7 +689,7 @@ struct BatchPlan: Sendable {
         let revocationType = b.add(str("revocationType"))
         let percentage = b.add(int32("revocationPercentage"))
         let upgraded = b.add(versions.map { $0.json["isUpgraded"]?.boolValue })
-        let payload = b.add(versions.map { Self.jsonText($0.json) ?? "{}" })
+        let payload = b.add(versions.map { texts[$0.eventId]?.transaction ?? Self.jsonText($0.json) ?? "{}" })
         let eventId = b.add(versions.map(\.eventId))
         let columns = """
             environment, transaction_id, signed_date_ms, signed_date, original_transaction_id, web_order_line_item_id,
@@ -714,9 +768,9 @@ struct BatchPlan: Sendable {
         let partition = b.add(events.map(\.source.partition))
         let offset = b.add(events.map(\.source.offset))
         let inputKind = b.add(events.map(\.source.inputKind))
-        let renewal = b.add(events.map { Self.jsonText($0.renewalInfo) })
-        let appTransaction = b.add(events.map { Self.jsonText($0.appTransaction) })
-        let details = b.add(events.map { Self.jsonText($0.details) })
+        let renewal = b.add(events.map { texts[$0.eventId]?.renewalInfo })
+        let appTransaction = b.add(events.map { texts[$0.eventId]?.appTransaction })
+        let details = b.add(events.map { texts[$0.eventId]?.details })
         return try await count(tx.query(b.query("""
             WITH ins AS (
                 INSERT INTO entitlement_events (event_id, status, environment, kind, effect, reason, subject,

@@ -129,7 +129,7 @@ public final class SinkService: Service, Sendable {
     public func run() async throws {
         var connection: PostgresConnection?
         var lastProbe = ContinuousClock.now
-        var prefetched: Task<([SinkRecord], [Result<EntitlementEvent, DecodeFailure>]), any Error>?
+        var prefetched: Task<([SinkRecord], DecodedBatch), any Error>?
         defer {
             prefetched?.cancel()
             setDatabaseReady(false)
@@ -142,13 +142,13 @@ public final class SinkService: Service, Sendable {
                     setDatabaseReady(connection != nil)
                 }
                 let records: [SinkRecord]
-                let decoded: [Result<EntitlementEvent, DecodeFailure>]
+                let decoded: DecodedBatch
                 if let next = prefetched {
                     prefetched = nil
                     (records, decoded) = try await next.value
                 } else {
                     records = try await source.nextBatch(maxRecords: configuration.maxBatchSize)
-                    decoded = await Self.decodeAll(records)
+                    decoded = await Self.decodeBatch(records, applier: applier)
                 }
                 metrics.ready.record(isReady ? 1 : 0)
                 if records.isEmpty {
@@ -168,10 +168,10 @@ public final class SinkService: Service, Sendable {
                 }
                 // Fetch and decode the next batch while this one is written. Its offsets are marked only after its
                 // own transaction, so a crash in between redelivers it, as for any unwritten batch.
-                let source = self.source, limit = configuration.maxBatchSize
+                let source = self.source, limit = configuration.maxBatchSize, applier = self.applier
                 prefetched = Task {
                     let next = try await source.nextBatch(maxRecords: limit)
-                    return (next, await Self.decodeAll(next))
+                    return (next, await Self.decodeBatch(next, applier: applier))
                 }
                 try await process(records, decoded: decoded, connection: &connection)
                 batchesDone.withLock { $0 += 1 }
@@ -191,23 +191,15 @@ public final class SinkService: Service, Sendable {
     }
 
     /// Decodes, writes and marks one batch.
-    func process(
-        _ records: [SinkRecord], decoded results: [Result<EntitlementEvent, DecodeFailure>], connection: inout PostgresConnection?
-    ) async throws {
+    func process(_ records: [SinkRecord], decoded batch: DecodedBatch, connection: inout PostgresConnection?) async throws {
         let started = ContinuousClock.now
-        var accepted: [(SinkRecord, EntitlementEvent)] = []
-        var refused: [(SinkRecord, SinkRejection, String)] = []
-        for (record, result) in zip(records, results) {
-            switch result {
-            case .success(let event): accepted.append((record, event))
-            case .failure(let failure): refused.append((record, failure.reason, failure.detail))
-            }
-        }
+        let accepted = batch.accepted
+        var refused = batch.refused
         let decoded = ContinuousClock.now
         var outcome = ApplyOutcome()
         if !accepted.isEmpty {
             let isolated: [(SinkRecord, SinkRejection, String)]
-            (outcome, isolated) = try await applyWithRetry(accepted, connection: &connection)
+            (outcome, isolated) = try await applyWithRetry(accepted, prepared: batch.prepared, connection: &connection)
             refused += isolated
             metrics.record(outcome)
         }
@@ -236,6 +228,25 @@ public final class SinkService: Service, Sendable {
     }
 
     /// Decodes a batch on all cores (JSON decoding is a third of the batch time), keeping the batch order.
+    /// A batch decoded and prepared for the database (done while the previous batch is written).
+    struct DecodedBatch: Sendable {
+        var accepted: [(SinkRecord, EntitlementEvent)] = []
+        var refused: [(SinkRecord, SinkRejection, String)] = []
+        var prepared: PreparedBatch
+    }
+
+    static func decodeBatch(_ records: [SinkRecord], applier: EventApplier) async -> DecodedBatch {
+        var accepted: [(SinkRecord, EntitlementEvent)] = []
+        var refused: [(SinkRecord, SinkRejection, String)] = []
+        for (record, result) in zip(records, await decodeAll(records)) {
+            switch result {
+            case .success(let event): accepted.append((record, event))
+            case .failure(let failure): refused.append((record, failure.reason, failure.detail))
+            }
+        }
+        return DecodedBatch(accepted: accepted, refused: refused, prepared: applier.prepare(accepted.map(\.1)))
+    }
+
     static func decodeAll(_ records: [SinkRecord]) async -> [Result<EntitlementEvent, DecodeFailure>] {
         let workers = max(1, min(ProcessInfo.processInfo.activeProcessorCount, records.count / 256))
         if workers == 1 { return records.map(decode) }
@@ -271,7 +282,7 @@ public final class SinkService: Service, Sendable {
     /// each time). When PostgreSQL refuses the data itself (SQLSTATE class 22/23), the events are applied one by one
     /// and those it refuses are returned for the sink-rejected topic, so one bad event cannot stall a partition.
     private func applyWithRetry(
-        _ batch: [(SinkRecord, EntitlementEvent)], connection: inout PostgresConnection?
+        _ batch: [(SinkRecord, EntitlementEvent)], prepared: PreparedBatch, connection: inout PostgresConnection?
     ) async throws -> (ApplyOutcome, [(SinkRecord, SinkRejection, String)]) {
         var attempt = 0
         while true {
@@ -280,7 +291,7 @@ public final class SinkService: Service, Sendable {
                 guard let live = connection else { continue }
                 setDatabaseReady(true)
                 let outcome = try await guarded(live) {
-                    try await self.applier.apply(batch.map(\.1), connection: live, logger: self.logger)
+                    try await self.applier.apply(prepared, connection: live, logger: self.logger)
                 }
                 return (outcome, [])
             } catch {

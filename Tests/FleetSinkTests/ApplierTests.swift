@@ -162,6 +162,22 @@ struct ApplierTests {
         }
     }
 
+    @Test("payload text with quotes, control characters and NUL is stored as jsonb (NUL dropped: jsonb refuses it)")
+    func awkwardPayloadText() async throws {
+        let url = try await TestPostgres.shared.freshDatabase()
+        var e = makeEvent("awkward", kind: "SUBSCRIPTION_STARTED", effect: .grant, signed: baseTime, validFrom: baseTime,
+                          validUntil: baseTime + day, notificationType: "SUBSCRIBED", subtype: "INITIAL_BUY")
+        guard case .object(var t)? = e.transaction else { Issue.record("no transaction"); return }
+        t["note"] = .string("a \"quoted\" \\ back\u{0}slash\n\u{1}é")
+        e.transaction = .object(t)
+        try await onDatabase(url) { (c: PostgresConnection) async throws in
+            let o = try await applier.apply([e], connection: c, logger: testLogger)
+            #expect(o.statuses["awkward"] == .applied)
+            #expect(try await scalar(c, "SELECT payload->>'note' FROM transactions", as: String.self) == "a \"quoted\" \\ backslash\n\u{1}é")
+            #expect(try await scalar(c, "SELECT payload->'transaction'->>'note' FROM notifications", as: String.self) == "a \"quoted\" \\ backslash\n\u{1}é")
+        }
+    }
+
     @Test("within one batch events apply in signedDate order, whatever the delivery order")
     func batchOrder() async throws {
         let url = try await TestPostgres.shared.freshDatabase()
