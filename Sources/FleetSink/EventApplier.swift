@@ -570,19 +570,16 @@ struct BatchPlan: Sendable {
         return jsonText(.object(o)) ?? "{}"
     }
 
-    /// Serializes a JSONValue to JSON text (sorted keys). Hand-written because JSONEncoder costs ~100 us per
-    /// transaction object on Linux, which dominated the batch time. NUL characters are dropped (jsonb rejects
-    /// `\u0000`); non-finite numbers (impossible from parsed JSON) become null.
+    /// Serializes a JSONValue to JSON text for a jsonb column (which normalizes key order itself). Not JSONEncoder:
+    /// it costs ~100 us per transaction object on Linux, which dominated the batch time. NUL characters are dropped
+    /// (jsonb rejects `\u0000`); non-finite numbers (impossible from parsed JSON) become null.
     static func jsonText(_ value: JSONValue?) -> String? {
         guard let value else { return nil }
         // The byte-level writer of the verification core (several times faster than building a String scalar by
-        // scalar); the rare document with an escaped NUL goes through the NUL-dropping writer below.
+        // scalar); the rare document with an escaped NUL is written again without its NUL characters.
         let bytes = value.serializedBytes(sortedKeys: false)
         if !containsEscapedNUL(bytes) { return String(decoding: bytes, as: UTF8.self) }
-        var out = ""
-        out.reserveCapacity(bytes.count)
-        writeJSON(value, into: &out)
-        return out
+        return String(decoding: droppingNUL(value).serializedBytes(sortedKeys: false), as: UTF8.self)
     }
 
     /// Whether `\u0000` occurs in JSON text (possibly preceded by an escaped backslash: then it is a false
@@ -600,52 +597,17 @@ struct BatchPlan: Sendable {
         }
     }
 
-    private static func writeJSON(_ value: JSONValue, into out: inout String) {
+    /// The same document with NUL characters removed from every string and key (jsonb cannot store `\u0000`).
+    static func droppingNUL(_ value: JSONValue) -> JSONValue {
         switch value {
-        case .null: out += "null"
-        case .bool(let b): out += b ? "true" : "false"
-        case .integer(let i): out += String(i)
-        case .number(let d): out += d.isFinite ? "\(d)" : "null"
-        case .string(let s): writeString(s, into: &out)
-        case .array(let a):
-            out += "["
-            for (i, v) in a.enumerated() {
-                if i > 0 { out += "," }
-                writeJSON(v, into: &out)
-            }
-            out += "]"
+        case .string(let s): return .string(s.replacingOccurrences(of: "\u{0}", with: ""))
+        case .array(let a): return .array(a.map(droppingNUL))
         case .object(let o):
-            out += "{"
-            for (i, key) in o.keys.sorted().enumerated() {
-                if i > 0 { out += "," }
-                writeString(key, into: &out)
-                out += ":"
-                if let v = o[key] { writeJSON(v, into: &out) }
-            }
-            out += "}"
+            var out: [String: JSONValue] = [:]
+            for (k, v) in o { out[k.replacingOccurrences(of: "\u{0}", with: "")] = droppingNUL(v) }
+            return .object(out)
+        default: return value
         }
-    }
-
-    private static func writeString(_ s: String, into out: inout String) {
-        out += "\""
-        for scalar in s.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case "\u{0}": continue
-            default:
-                if scalar.value < 0x20 {
-                    let hex = String(scalar.value, radix: 16)
-                    out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-                } else {
-                    out.unicodeScalars.append(scalar)
-                }
-            }
-        }
-        out += "\""
     }
 
     private func writeTransactions(
