@@ -141,7 +141,9 @@ let package = Package(
                 .product(name: "SwiftASN1", package: "swift-asn1"),
             ]
         ),
-        .testTarget(name: "EntitlementDomainTests", dependencies: ["EntitlementDomain", "AppStoreVerification", "FleetTestPKI"]),
+        .testTarget(name: "EntitlementDomainTests", dependencies: [
+            "EntitlementDomain", "AppStoreVerification", "FleetTestPKI", .product(name: "Crypto", package: "swift-crypto"),
+        ]),
         .testTarget(name: "FleetKafkaTests", dependencies: ["FleetKafka"]),
         .testTarget(name: "FleetWorkerTests", dependencies: ["FleetWorker", "FleetKafka", "FleetTestPKI", "EntitlementDomain"]),
         .testTarget(

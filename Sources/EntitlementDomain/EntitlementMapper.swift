@@ -326,6 +326,8 @@ public struct EntitlementMapper: Sendable {
         }
     }
 
+    private static let hexDigits: [UInt8] = Array("0123456789abcdef".utf8)
+
     /// Fills the deterministic `eventId`: the same input always yields the same id.
     private func finish(_ event: EntitlementEvent, key: String) -> EntitlementEvent {
         var e = event
@@ -334,10 +336,16 @@ public struct EntitlementMapper: Sendable {
             e.transactionId ?? "", e.originalTransactionId ?? "", String(e.signedDate),
         ].joined(separator: "|")
         let digest = SHA256.hash(data: Array(material.utf8))
-        e.eventId = digest.prefix(16).map { byte in
-            let hex = Array("0123456789abcdef")
-            return String([hex[Int(byte >> 4)], hex[Int(byte & 0xF)]])
-        }.joined()
+        // 16 bytes as 32 lowercase hex digits, written straight into the string's storage.
+        e.eventId = digest.withUnsafeBytes { bytes in
+            String(unsafeUninitializedCapacity: 32) { out in
+                for i in 0..<16 {
+                    out[2 * i] = Self.hexDigits[Int(bytes[i] >> 4)]
+                    out[2 * i + 1] = Self.hexDigits[Int(bytes[i] & 0xF)]
+                }
+                return 32
+            }
+        }
         return e
     }
 }

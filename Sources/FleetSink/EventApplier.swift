@@ -233,13 +233,26 @@ struct BatchPlan: Sendable {
         // 4. The state machine.
         var statuses: [EntitlementEffectiveStatus] = []
         var changedKeys = Set<EntitlementKey>()
+        // The entitlement rows of each subscription (the tiers an applied grant may supersede), kept up to date as
+        // rows are created, so that superseding costs the tiers of one subscription, not a scan of every row.
+        var tiers: [SubscriptionKey: Set<EntitlementKey>] = [:]
+        for (key, row) in entitlements {
+            if let original = row.originalTransactionId {
+                tiers[SubscriptionKey(environment: key.environment, originalTransactionId: original), default: []].insert(key)
+            }
+        }
         for event in fresh {
             let status: EventStatus
             if let key = event.entitlementKey {
                 status = Self.applyEntitlement(event, current: &entitlements[key])
                 if status == .applied, event.effect.changesAccess { changedKeys.insert(key) }
-                if status == .applied {
-                    changedKeys.formUnion(Self.supersedeOtherTiers(event, granted: key, in: &entitlements))
+                if status == .applied, let original = entitlements[key]?.originalTransactionId {
+                    tiers[SubscriptionKey(environment: key.environment, originalTransactionId: original), default: []]
+                        .insert(key)
+                }
+                if status == .applied, let subscription = event.subscriptionKey {
+                    changedKeys.formUnion(Self.supersedeOtherTiers(
+                        event, granted: key, candidates: tiers[subscription] ?? [], in: &entitlements))
                 }
             } else if let key = event.ledgerKey {
                 status = Self.applyLedger(event, state: &ledgers[key, default: LedgerState()])
@@ -343,16 +356,17 @@ struct BatchPlan: Sendable {
     /// An applied auto-renewable GRANT/EXTEND/RESTORE of one tier ends access to every other tier of the same
     /// subscription (same environment and originalTransactionId): an upgrade (PLAN_UPGRADED), or a downgrade or
     /// cross-grade taking effect at renewal. Rows changed more recently than the event are left alone.
-    /// Returns the keys it changed.
+    /// `candidates` holds at least every key whose row belongs to the subscription. Returns the keys it changed.
     static func supersedeOtherTiers(
-        _ e: EntitlementEvent, granted key: EntitlementKey, in rows: inout [EntitlementKey: EntitlementRow]
+        _ e: EntitlementEvent, granted key: EntitlementKey, candidates: Set<EntitlementKey>,
+        in rows: inout [EntitlementKey: EntitlementRow]
     ) -> [EntitlementKey] {
         guard let subscription = e.subscriptionKey else { return [] }
         var changed: [EntitlementKey] = []
-        for (other, row) in rows where other != key && other.environment == subscription.environment
-            && row.originalTransactionId == subscription.originalTransactionId && row.active
-            && row.lastSignedDate <= e.signedDate
-        {
+        for other in candidates where other != key && other.environment == subscription.environment {
+            guard let row = rows[other], row.originalTransactionId == subscription.originalTransactionId, row.active,
+                  row.lastSignedDate <= e.signedDate
+            else { continue }
             var next = row
             next.active = false
             next.revokedAt = e.validFrom ?? e.signedDate

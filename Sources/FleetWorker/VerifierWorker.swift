@@ -335,10 +335,16 @@ final class WorkerMetrics: Sendable {
     private let cacheHits = Counter(label: "fleet_verifier_chain_cache_hits_total")
     private let cacheMisses = Counter(label: "fleet_verifier_chain_cache_misses_total")
     private let published = Mutex<(hits: Int, misses: Int)>((0, 0))
-    private let counters = Mutex<[String: Counter]>([:])
+    private let counters = Mutex<[CounterKey: Counter]>([:])
+
+    /// A counter's label and dimension values (the dimension names are fixed per label).
+    private struct CounterKey: Hashable {
+        var label: String
+        var values: [String]
+    }
 
     private func counter(_ label: String, _ dims: [(String, String)]) -> Counter {
-        let key = label + dims.map { "|\($0.0)=\($0.1)" }.joined()
+        let key = CounterKey(label: label, values: dims.map(\.1))
         return counters.withLock { c in
             if let existing = c[key] { return existing }
             let made = Counter(label: label, dimensions: dims)

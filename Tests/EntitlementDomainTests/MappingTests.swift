@@ -1,4 +1,5 @@
 import AppStoreVerification
+import Crypto
 import Foundation
 import Testing
 
@@ -263,6 +264,15 @@ struct NotificationMappingTests {
         #expect(a.eventId == b.eventId)
         let c = try one(notification("DID_RENEW", nil, uuid: "another-uuid"))
         #expect(c.eventId != a.eventId)
+        // The formula is part of the contract (ids stored by earlier releases must match on replay): the first 16
+        // bytes of SHA-256 over the "|"-joined material, as lowercase hex; the key of a notification is its UUID.
+        let material = [
+            "entitlement-event/v1", a.kind, a.effect.rawValue, a.environment, "0b8e1f0c-1111-4222-8333-444455556666",
+            a.productId ?? "", a.transactionId ?? "", a.originalTransactionId ?? "", String(a.signedDate),
+        ].joined(separator: "|")
+        let expected = SHA256.hash(data: Array(material.utf8)).prefix(16)
+            .map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined()
+        #expect(a.eventId == expected)
     }
 
     @Test func unknownProductIsRejectedWhenRequired() throws {
