@@ -190,7 +190,9 @@ public final class VerifierWorker: Service, Sendable {
                     at: InputCoordinates(topic: m.topic, partition: m.partition, offset: m.offset))
                 let took = (ContinuousClock.now - began).components
                 metrics.verifyLatency.recordNanoseconds(took.seconds * 1_000_000_000 + took.attoseconds / 1_000_000_000)
-                results.set(i, Prepared(outcome: outcome, outputs: outputs(m, outcome)))
+                // Only what emission needs is kept: the verified payloads are freed as soon as they are encoded,
+                // so a batch waiting to be emitted holds its encoded outputs, not its decoded JSON trees.
+                results.set(i, Prepared(outcome: OutcomeSummary(outcome), outputs: outputs(m, outcome)))
             }
         }
         return results.values
@@ -221,16 +223,16 @@ public final class VerifierWorker: Service, Sendable {
     }
 
     private func emit(
-        message m: KafkaMessage, outcome: ProcessOutcome, outputs: [OutgoingMessage], consumer: KafkaConsumer,
+        message m: KafkaMessage, outcome: OutcomeSummary, outputs: [OutgoingMessage], consumer: KafkaConsumer,
         producer: KafkaProducer, inFlight: InFlightInputs
     ) {
         metrics.inputs(topic: m.topic).increment()
         switch outcome {
-        case .events(let events, _):
+        case .verified(let events):
             metrics.verdict(verified: true, reason: "VERIFIED").increment()
-            for e in events { metrics.events(kind: e.kind, effect: e.effect.rawValue).increment() }
+            for e in events { metrics.events(kind: e.kind, effect: e.effect).increment() }
             stats.withLock { $0.inputs += 1; $0.verified += 1; $0.events += events.count }
-        case .rejected(let reason, _):
+        case .rejected(let reason):
             metrics.verdict(verified: false, reason: reason.rawValue).increment()
             stats.withLock { $0.inputs += 1; $0.rejected += 1 }
         }
@@ -301,8 +303,22 @@ final class InFlightInputs: Sendable {
 
 /// One verified input: its outcome and the messages it produces.
 struct Prepared: Sendable {
-    var outcome: ProcessOutcome
+    var outcome: OutcomeSummary
     var outputs: [OutgoingMessage]
+}
+
+/// What emission needs of an input's outcome (metrics and statistics): the kind and effect of each event, or the
+/// rejection reason.
+enum OutcomeSummary: Sendable {
+    case verified(events: [(kind: String, effect: String)])
+    case rejected(reason: RejectionReason)
+
+    init(_ outcome: ProcessOutcome) {
+        switch outcome {
+        case .events(let events, _): self = .verified(events: events.map { ($0.kind, $0.effect.rawValue) })
+        case .rejected(let reason, _): self = .rejected(reason: reason)
+        }
+    }
 }
 
 /// Pre-sized result slots written by index from several threads (each index exactly once).
@@ -323,7 +339,7 @@ final class ResultSlots: @unchecked Sendable {
     func set(_ i: Int, _ v: Prepared) { storage[i] = v }
 
     var values: [Prepared] {
-        storage.map { $0 ?? Prepared(outcome: .rejected(reason: RejectionReason(rawValue: "INTERNAL_ERROR"), detail: "no outcome"), outputs: []) }
+        storage.map { $0 ?? Prepared(outcome: .rejected(reason: RejectionReason(rawValue: "INTERNAL_ERROR")), outputs: []) }
     }
 }
 

@@ -146,11 +146,14 @@ struct Worker: AsyncParsableCommand {
         // 2,000 messages handed over but not yet processed, librdkafka's own fetch queue at 16 MB (its 64 MB default
         // alone would be most of the worker's memory) filled by small fetches (256 KB per partition, 8 MB per
         // request), so that a fetch response never overshoots the queue bound and trips 2.0.2's 1-second fetch
-        // backoff. Measured with `fleet bench worker`; each can be overridden through kafka properties.
+        // backoff. Outputs waiting for their delivery report are bounded at 10,000 (a rejected record carries its
+        // 10-20 KB input; the producer's 100,000 default could hold far more than the whole worker's budget), beyond
+        // which emission waits. Measured with `fleet bench worker`; each can be overridden through kafka properties.
         var properties = try s.kafkaProperties(flag: service.kafkaProperties)
         for (key, value) in Self.fetchDefaults where properties[key] == nil { properties[key] = value }
         let kafka = KafkaConfiguration(
-            bootstrapServers: bootstrap, clientId: "fleet-worker", properties: properties, maxBufferedMessages: 2_000)
+            bootstrapServers: bootstrap, clientId: "fleet-worker", properties: properties, maxInFlightMessages: 10_000,
+            maxBufferedMessages: 2_000)
         return WorkerConfiguration(
             kafka: kafka, group: s.string("group", flag: service.group, default: "fleet-verifiers")!,
             inputTopics: topics,
