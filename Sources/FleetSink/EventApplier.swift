@@ -165,10 +165,12 @@ struct BatchPlan: Sendable {
         var texts: [String: EventTexts] = [:]
         texts.reserveCapacity(events.count)
         for e in self.events where texts[e.eventId] == nil {
-            texts[e.eventId] = EventTexts(
-                notification: e.notification.map { Self.notificationPayload(e, $0) },
-                transaction: Self.jsonText(e.transaction), renewalInfo: Self.jsonText(e.renewalInfo),
+            var t = EventTexts(
+                notification: nil, transaction: Self.jsonText(e.transaction), renewalInfo: Self.jsonText(e.renewalInfo),
                 appTransaction: Self.jsonText(e.appTransaction), details: Self.jsonText(e.details))
+            // The notification's payload embeds the same documents: their text is reused, not written again.
+            t.notification = e.notification.map { Self.notificationPayload(e, $0, parts: t) }
+            texts[e.eventId] = t
         }
         self.texts = texts
     }
@@ -231,7 +233,8 @@ struct BatchPlan: Sendable {
 
         phase("load")
         // 4. The state machine.
-        var statuses: [EntitlementEffectiveStatus] = []
+        var statuses: [EventStatus] = []
+        statuses.reserveCapacity(fresh.count)
         var changedKeys = Set<EntitlementKey>()
         // The entitlement rows of each subscription (the tiers an applied grant may supersede), kept up to date as
         // rows are created, so that superseding costs the tiers of one subscription, not a scan of every row.
@@ -259,7 +262,7 @@ struct BatchPlan: Sendable {
             } else {
                 status = .applied  // nothing keyed to change (TEST, summaries, app transactions): recorded
             }
-            statuses.append(EntitlementEffectiveStatus(event: event, status: status))
+            statuses.append(status)
             outcome.statuses[event.eventId] = status
             switch status {
             case .applied: outcome.applied += 1
@@ -276,7 +279,7 @@ struct BatchPlan: Sendable {
         phase("transactions")
         outcome.rowsWritten["transaction_versions"] = versions
         outcome.rowsWritten["transactions"] = current
-        outcome.rowsWritten["entitlement_events"] = try await writeEvents(statuses, tx: tx, logger: logger)
+        outcome.rowsWritten["entitlement_events"] = try await writeEvents(fresh, statuses: statuses, tx: tx, logger: logger)
         phase("events")
         let changedRows = changedKeys.compactMap { key in entitlements[key].map { (key, $0) } }
         outcome.rowsWritten["entitlements"] = try await writeEntitlements(changedRows, tx: tx, logger: logger)
@@ -568,7 +571,10 @@ struct BatchPlan: Sendable {
 
     /// The decoded notification as stored in `notifications.payload`: the envelope fields and the verified
     /// transaction / renewal info / app transaction / extras carried by the event.
-    static func notificationPayload(_ e: EntitlementEvent, _ n: EventNotification) -> String {
+    /// The decoded notification stored in `notifications.payload`: its header fields plus the transaction, renewal
+    /// info, AppTransaction and details documents. `parts` holds those documents' JSON text when already written
+    /// for the other columns; they are then spliced in rather than serialized again.
+    static func notificationPayload(_ e: EntitlementEvent, _ n: EventNotification, parts: EventTexts? = nil) -> String {
         var o: [String: JSONValue] = [
             "notificationUUID": .string(n.uuid), "notificationType": .string(n.type), "signedDate": .integer(n.signedDate),
             "environment": .string(e.environment),
@@ -577,11 +583,28 @@ struct BatchPlan: Sendable {
         if let v = n.version { o["version"] = .string(v) }
         if let b = e.bundleId { o["bundleId"] = .string(b) }
         if let a = e.appAppleId { o["appAppleId"] = .integer(a) }
-        if let t = e.transaction { o["transaction"] = t }
-        if let r = e.renewalInfo { o["renewalInfo"] = r }
-        if let a = e.appTransaction { o["appTransaction"] = a }
-        if let d = e.details { o["details"] = d }
-        return jsonText(.object(o)) ?? "{}"
+        guard let parts else {
+            if let t = e.transaction { o["transaction"] = t }
+            if let r = e.renewalInfo { o["renewalInfo"] = r }
+            if let a = e.appTransaction { o["appTransaction"] = a }
+            if let d = e.details { o["details"] = d }
+            return jsonText(.object(o)) ?? "{}"
+        }
+        // The header object (never empty) with its closing brace replaced by the pre-written members.
+        var bytes = Array((jsonText(.object(o)) ?? "{}").utf8)
+        bytes.removeLast()
+        for (key, text) in [
+            ("transaction", parts.transaction), ("renewalInfo", parts.renewalInfo),
+            ("appTransaction", parts.appTransaction), ("details", parts.details),
+        ] {
+            guard let text else { continue }
+            bytes.append(contentsOf: #",""#.utf8)
+            bytes.append(contentsOf: key.utf8)
+            bytes.append(contentsOf: #"":"#.utf8)
+            bytes.append(contentsOf: text.utf8)
+        }
+        bytes.append(UInt8(ascii: "}"))
+        return String(decoding: bytes, as: UTF8.self)
     }
 
     /// Serializes a JSONValue to JSON text for a jsonb column (which normalizes key order itself). Not JSONEncoder:
@@ -708,12 +731,14 @@ struct BatchPlan: Sendable {
         return result
     }
 
-    private func writeEvents(_ items: [EntitlementEffectiveStatus], tx: PostgresConnection, logger: Logger) async throws -> Int {
-        guard !items.isEmpty else { return 0 }
-        let events = items.map(\.event)
+    /// `statuses[i]` is the status of `events[i]`.
+    private func writeEvents(
+        _ events: [EntitlementEvent], statuses: [EventStatus], tx: PostgresConnection, logger: Logger
+    ) async throws -> Int {
+        guard !events.isEmpty else { return 0 }
         var b = ColumnBinds()
         let id = b.add(events.map(\.eventId))
-        let status = b.add(items.map(\.status.rawValue))
+        let status = b.add(statuses.map(\.rawValue))
         let env = b.add(events.map(\.environment))
         let kind = b.add(events.map(\.kind))
         let effect = b.add(events.map(\.effect.rawValue))
@@ -852,10 +877,6 @@ struct BatchPlan: Sendable {
     }
 }
 
-struct EntitlementEffectiveStatus: Sendable {
-    var event: EntitlementEvent
-    var status: EventStatus
-}
 
 extension EntitlementEffect {
     /// GRANT / EXTEND / REVOKE / RESTORE change access; STATE / INFO never do.

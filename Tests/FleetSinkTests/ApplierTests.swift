@@ -1,3 +1,4 @@
+import AppStoreVerification
 import EntitlementDomain
 import Foundation
 import PostgresNIO
@@ -294,5 +295,25 @@ struct ApplierTests {
             #expect(try await scalar(c, "SELECT active FROM entitlements WHERE environment = 'Sandbox'", as: Bool.self))
             #expect(try await scalar(c, "SELECT active FROM entitlements WHERE environment = 'Production'", as: Bool.self) == false)
         }
+    }
+}
+
+@Suite("Batch preparation (no database)")
+struct BatchPreparationTests {
+    @Test("the notification payload spliced from pre-written parts is the same document as one written whole")
+    func splicedNotificationPayload() throws {
+        var e = makeEvent("splice", kind: "SUBSCRIPTION_RENEWED", effect: .extend, signed: baseTime, validFrom: baseTime,
+                          validUntil: baseTime + day, notificationType: "DID_RENEW", uuid: "uuid-splice")
+        e.renewalInfo = .object(["autoRenewStatus": .integer(1), "note": .string("back\u{0}slash \"q\"")])
+        e.details = .object(["status": .integer(1), "list": .array([.string("a"), .null, .bool(true)])])
+        let n = try #require(e.notification)
+        let plan = BatchPlan(events: [e])
+        let spliced = try #require(plan.texts["splice"]?.notification)
+        let whole = BatchPlan.notificationPayload(e, n)
+        let a = try JSONValue.parse(bytes: Array(spliced.utf8))
+        let b = try JSONValue.parse(bytes: Array(whole.utf8))
+        #expect(a == b, "spliced: \(spliced)\nwhole: \(whole)")
+        #expect(a["renewalInfo"]?["note"]?.stringValue == "backslash \"q\"", "NUL dropped inside spliced parts too")
+        #expect(a["transaction"] != nil && a["notificationUUID"]?.stringValue == "uuid-splice")
     }
 }
