@@ -337,6 +337,21 @@ public final class DemoRunner: @unchecked Sendable {
     // MARK: - Processes
 
     private func spawn(_ name: String, port: Int, _ arguments: [String]) throws {
+        let p = try launch(name, arguments)
+        children.append((name, p, port))
+    }
+
+    private func runToCompletion(_ arguments: [String], name: String) throws {
+        let p = try launch(name, arguments)
+        p.waitUntilExit()
+        guard p.terminationStatus == 0 else {
+            throw DemoError("fleet \(arguments[0]) failed (exit \(p.terminationStatus)); see \(directory)/\(name).log")
+        }
+    }
+
+    /// Starts `fleet <arguments>` with stdout and stderr in `<directory>/<name>.log`, JSON logs, and no config file
+    /// from the caller's environment (the demo passes every setting as a flag).
+    private func launch(_ name: String, _ arguments: [String]) throws -> Process {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: options.executable)
         p.arguments = arguments
@@ -350,23 +365,7 @@ public final class DemoRunner: @unchecked Sendable {
         env["FLEET_LOG_FORMAT"] = "json"
         p.environment = env
         try p.run()
-        children.append((name, p, port))
-    }
-
-    private func runToCompletion(_ arguments: [String], name: String) throws {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: options.executable)
-        p.arguments = arguments
-        let log = directory + "/\(name).log"
-        FileManager.default.createFile(atPath: log, contents: nil)
-        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
-        p.standardOutput = handle
-        p.standardError = handle
-        try p.run()
-        p.waitUntilExit()
-        guard p.terminationStatus == 0 else {
-            throw DemoError("fleet \(arguments[0]) failed (exit \(p.terminationStatus)); see \(log)")
-        }
+        return p
     }
 
     private func waitReady(timeout: Duration) async throws {
