@@ -23,6 +23,7 @@ public struct PipelineBenchmark: Sendable {
 
     public var executable: String
     public var workers = 2
+    public var sinkWriters = 1
     public var burst = 30_000
     public var latencyRate = 1500
     public var latencySeconds = 10
@@ -37,6 +38,7 @@ public struct PipelineBenchmark: Sendable {
         var options = DemoRunner.Options(executable: executable)
         options.quiet = true
         options.workers = workers
+        options.sinkWriters = sinkWriters
         options.threadsPerWorker = max(1, ProcessInfo.processInfo.activeProcessorCount / workers)
         let stack = DemoRunner(options: options, logger: logger)
         do {

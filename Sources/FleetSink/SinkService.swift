@@ -110,7 +110,6 @@ public final class SinkService: Service, Sendable {
         self.rejected = rejected
         self.logger = logger
         self.onBatch = onBatch
-        metrics.ready.record(0)
     }
 
     /// Connected to a migrated database and to the source: what `/readyz` reports.
@@ -121,7 +120,6 @@ public final class SinkService: Service, Sendable {
 
     private func setDatabaseReady(_ ready: Bool) {
         databaseReady.withLock { $0 = ready }
-        metrics.ready.record(isReady ? 1 : 0)
     }
 
     struct ShutdownWhileRetrying: Error {}
@@ -150,7 +148,6 @@ public final class SinkService: Service, Sendable {
                     records = try await source.nextBatch(maxRecords: configuration.maxBatchSize)
                     decoded = await Self.decodeBatch(records, applier: applier)
                 }
-                metrics.ready.record(isReady ? 1 : 0)
                 if records.isEmpty {
                     // Idle: probe the database now and then so that readiness notices an outage without traffic.
                     if let live = connection, ContinuousClock.now - lastProbe > .seconds(1) {
@@ -458,7 +455,6 @@ struct SinkMetrics: Sendable {
     let duplicate = Counter(label: "fleet_sink_events_total", dimensions: [("status", "duplicate")])
     let batch = Metrics.Timer(label: "fleet_sink_batch_seconds", preferredDisplayUnit: .seconds)
     let retries = Counter(label: "fleet_sink_retries_total")
-    let ready = Gauge(label: "fleet_ready")
     static let tables = [
         "notifications", "transactions", "transaction_versions", "entitlement_events", "entitlements",
         "consumable_ledger",

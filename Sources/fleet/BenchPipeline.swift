@@ -13,6 +13,9 @@ struct BenchPipeline: AsyncParsableCommand {
     @Option(help: "Worker processes.")
     var workers = 2
 
+    @Option(help: "Writers of the sink process (`fleet sink --writers`).")
+    var sinkWriters = 1
+
     @Option(help: "Notifications in the throughput burst.")
     var burst = 30_000
 
@@ -27,6 +30,7 @@ struct BenchPipeline: AsyncParsableCommand {
         let reference = try VerifyBenchmark.run(seconds: 3, threads: 1)
         var bench = PipelineBenchmark(executable: currentExecutable(), verifyReference: reference.notifications_per_s)
         bench.workers = max(1, workers)
+        bench.sinkWriters = max(1, sinkWriters)
         bench.burst = max(100, burst)
         bench.latencyRate = max(1, rate)
         bench.latencySeconds = max(1, seconds)

@@ -25,6 +25,9 @@ struct BenchSink: AsyncParsableCommand {
     var events: Int = 100_000
     @Option(help: "Most events per database transaction")
     var batchSize: Int = 2000
+    @Option(help: "Sink writers, as `fleet sink --writers` (each its own consumer in the group and database connection)")
+    var writers: Int = 1
+
     @Option(help: "Partitions of the result topic (default: enough for the embedded cluster to retain every event)")
     var partitions: Int?
 
@@ -47,7 +50,7 @@ struct BenchSink: AsyncParsableCommand {
         let topic = "bench.entitlements.verified"
         try cluster.createTopic(topic, partitions: partitions)
         try cluster.createTopic("bench.sink-rejected", partitions: 1)
-        print("bench sink: \(events) events, batch \(batchSize), \(partitions) partitions; PostgreSQL \(postgres.binDirectory)")
+        print("bench sink: \(events) events, batch \(batchSize), \(max(1, writers)) writer(s), \(partitions) partitions; PostgreSQL \(postgres.binDirectory)")
 
         // Produce (not timed).
         let kafka = KafkaConfiguration(bootstrapServers: cluster.bootstrapServers, clientId: "bench-sink")
@@ -81,20 +84,30 @@ struct BenchSink: AsyncParsableCommand {
 
         let durations = Mutex<[Duration]>([])
         let processed = Mutex(0)
-        let consumer = try KafkaConsumer(configuration: kafka, groupId: "bench-sink", topics: [topic])
-        let service = SinkService(
-            configuration: SinkConfiguration(databaseURL: try DatabaseURL(postgres.url), maxBatchSize: batchSize),
-            source: KafkaEventBatchSource(consumer: consumer),
-            rejected: KafkaRejectedSink(producer: producer, topic: "bench.sink-rejected"),
-            logger: logger,
-            onBatch: { report in
-                durations.withLock { $0.append(report.duration) }
-                processed.withLock { $0 += report.records }
-            })
+        var consumers: [KafkaConsumer] = []
+        var services: [SinkService] = []
+        for _ in 0..<max(1, writers) {
+            let consumer = try KafkaConsumer(configuration: kafka, groupId: "bench-sink", topics: [topic])
+            consumers.append(consumer)
+            services.append(SinkService(
+                configuration: SinkConfiguration(databaseURL: try DatabaseURL(postgres.url), maxBatchSize: batchSize),
+                source: KafkaEventBatchSource(consumer: consumer),
+                rejected: KafkaRejectedSink(producer: producer, topic: "bench.sink-rejected"),
+                logger: logger,
+                onBatch: { report in
+                    durations.withLock { $0.append(report.duration) }
+                    processed.withLock { $0 += report.records }
+                }))
+        }
         let clock = ContinuousClock()
         // Wait for the group assignment before starting the clock.
         let started = clock.now
-        let task = Task { try await service.run() }
+        let task = Task {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for service in services { group.addTask { try await service.run() } }
+                try await group.waitForAll()
+            }
+        }
         while processed.withLock({ $0 }) == 0 {
             try await Task.sleep(for: .milliseconds(5))
             if clock.now - started > .seconds(60) { task.cancel(); throw ValidationError("the sink did not start within 60 s") }
@@ -108,7 +121,7 @@ struct BenchSink: AsyncParsableCommand {
         let finished = clock.now
         task.cancel()
         _ = try? await task.value
-        await consumer.close(deadline: .seconds(5))
+        for consumer in consumers { await consumer.close(deadline: .seconds(5)) }
         producer.close(timeout: .seconds(2))
 
         // Steady-state rate: from the end of the first batch (the group join and first fetch excluded).
@@ -147,8 +160,8 @@ struct BenchSink: AsyncParsableCommand {
         print(String(format: "COPY of the same %d rows into an empty table: %.0f rows/s (%.2f s); sink/COPY = %.2f",
                      lines.rows.count, copyRowsPerSecond, copySeconds, ratio))
         print("targets: >= 10000 events/s \(eventsPerSecond >= 10_000 ? "met" : "NOT met"); >= 0.3 x COPY \(ratio >= 0.3 ? "met" : "NOT met")")
-        print(String(format: #"{"events_per_s": %.0f, "p99_batch_ms": %.2f, "copy_rows_per_s": %.0f, "p50_batch_ms": %.2f, "events": %d, "batch_size": %d, "sink_to_copy_ratio": %.3f}"#,
-                     eventsPerSecond, p99, copyRowsPerSecond, p50, events, batchSize, ratio))
+        print(String(format: #"{"events_per_s": %.0f, "p99_batch_ms": %.2f, "copy_rows_per_s": %.0f, "p50_batch_ms": %.2f, "events": %d, "batch_size": %d, "writers": %d, "sink_to_copy_ratio": %.3f}"#,
+                     eventsPerSecond, p99, copyRowsPerSecond, p50, events, batchSize, max(1, writers), ratio))
     }
 
     private func seconds(_ d: Duration) -> Double {

@@ -11,6 +11,9 @@ struct Demo: AsyncParsableCommand {
     @Option(help: "Verifier worker processes.")
     var workers = 2
 
+    @Option(help: "Writers of the sink process (`fleet sink --writers`).")
+    var sinkWriters = 1
+
     @Option(help: "Simulated subscribers.")
     var subscribers = 300
 
@@ -36,6 +39,7 @@ struct Demo: AsyncParsableCommand {
         options.workers = max(1, workers)
         options.threadsPerWorker = max(1, ProcessInfo.processInfo.activeProcessorCount / options.workers)
         options.ratePerSecond = max(1, rate)
+        options.sinkWriters = max(1, sinkWriters)
         options.keepRunning = keepRunning
         options.traffic.subscribers = max(1, subscribers)
         options.traffic.months = max(1, months)

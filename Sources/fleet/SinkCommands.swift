@@ -77,6 +77,12 @@ struct Sink: AsyncParsableCommand {
     var databaseURL: String?
     @Option(help: "Most events per database transaction (default 2000).")
     var maxBatchSize: Int?
+    @Option(help: """
+        Writers in this process (default 1): each is a member of the consumer group with its own database \
+        connection, so the result topic's partitions are split between them; every batch is still one transaction. \
+        More writers raise throughput when PostgreSQL has cores to spare.
+        """)
+    var writers: Int?
 
     func run() async throws {
         let s: FleetSettings
@@ -85,7 +91,7 @@ struct Sink: AsyncParsableCommand {
                                level: s.string("log-level", flag: service.logLevel, default: "info")!)
         let logger = Logger(label: "fleet.sink")
         let servers: String, rawURL: String, groupId: String, topic: String, rejected: String
-        let deadline: Int, port: Int, batch: Int, properties: [String: String]
+        let deadline: Int, port: Int, batch: Int, writerCount: Int, properties: [String: String]
         do {
             servers = try s.requiredString("bootstrap-servers", flag: service.bootstrapServers)
             rawURL = try s.requiredString("database-url", flag: databaseURL)
@@ -95,25 +101,39 @@ struct Sink: AsyncParsableCommand {
             deadline = try s.int("shutdown-deadline-seconds", flag: service.shutdownDeadlineSeconds, default: 25)
             port = try s.int("metrics-port", flag: service.metricsPort, default: 9091)
             batch = try s.int("max-batch-size", flag: maxBatchSize, default: 2000)
+            writerCount = try s.int("writers", flag: writers, default: 1)
             properties = try s.kafkaProperties(flag: service.kafkaProperties)
         } catch { throw ValidationError("\(error)") }
         guard batch > 0 else { throw ValidationError("--max-batch-size must be positive") }
+        guard (1...64).contains(writerCount) else { throw ValidationError("--writers must be between 1 and 64") }
         let url = try DatabaseURL(rawURL)
         FleetMetrics.bootstrap()
         let readiness = Readiness()
         readiness.set("database-and-assignment", false)
         let kafka = KafkaConfiguration(bootstrapServers: servers, clientId: "fleet-sink", properties: properties)
-        let consumer = try KafkaConsumer(configuration: kafka, groupId: groupId, topics: [topic])
         let producer = try KafkaProducer(configuration: kafka)
-        let sink = SinkService(
-            configuration: SinkConfiguration(databaseURL: url, maxBatchSize: batch),
-            source: KafkaEventBatchSource(consumer: consumer),
-            rejected: KafkaRejectedSink(producer: producer, topic: rejected),
-            logger: logger)
+        // One consumer and one database connection per writer: the group splits the partitions between them, and a
+        // subscription's events (keyed by originalTransactionId) stay with one writer. Writers touching the same
+        // subject serialize on the applier's advisory locks, as separate sink processes do.
+        var consumers: [KafkaConsumer] = []
+        var sinks: [SinkService] = []
+        for _ in 0..<writerCount {
+            let consumer = try KafkaConsumer(configuration: kafka, groupId: groupId, topics: [topic])
+            consumers.append(consumer)
+            sinks.append(SinkService(
+                configuration: SinkConfiguration(databaseURL: url, maxBatchSize: batch),
+                source: KafkaEventBatchSource(consumer: consumer),
+                rejected: KafkaRejectedSink(producer: producer, topic: rejected),
+                logger: logger))
+        }
         logger.info("sink starting", metadata: [
             "group": "\(groupId)", "topic": "\(topic)", "rejected-topic": "\(rejected)", "database": "\(url)",
+            "writers": "\(writerCount)",
         ])
-        let mirror = Task { await ReadinessMirror.run(readiness, condition: "database-and-assignment") { sink.isReady } }
+        let writerSinks = sinks
+        let mirror = Task {
+            await ReadinessMirror.run(readiness, condition: "database-and-assignment") { writerSinks.allSatisfy(\.isReady) }
+        }
         let admin = KafkaAdmin(configuration: kafka)
         let lag = Task {
             await ConsumerLagGauge.run(group: groupId, every: .seconds(5)) {
@@ -122,10 +142,10 @@ struct Sink: AsyncParsableCommand {
             }
         }
         var groupConfiguration = ServiceGroupConfiguration(
-            services: [
-                .init(service: sink, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup),
-                .init(service: OperationsServer(port: port, readiness: readiness, logger: logger)),
-            ],
+            services: sinks.map {
+                .init(service: $0, successTerminationBehavior: .gracefullyShutdownGroup,
+                      failureTerminationBehavior: .gracefullyShutdownGroup)
+            } + [.init(service: OperationsServer(port: port, readiness: readiness, logger: logger))],
             gracefulShutdownSignals: [.sigterm, .sigint],
             logger: logger)
         groupConfiguration.maximumGracefulShutdownDuration = .seconds(deadline)
@@ -135,7 +155,11 @@ struct Sink: AsyncParsableCommand {
         lag.cancel()
         // In-flight batch finished (or abandoned uncommitted while the database was down): commit stored offsets,
         // leave the group.
-        let closed = await consumer.close(deadline: .seconds(max(1, deadline / 2)))
+        let closeDeadline = Duration.seconds(max(1, deadline / 2))
+        let closed = await withTaskGroup(of: Bool.self) { group in
+            for consumer in consumers { group.addTask { await consumer.close(deadline: closeDeadline) } }
+            return await group.reduce(true) { $0 && $1 }
+        }
         _ = await producer.flush(deadline: .seconds(5))
         producer.close(timeout: .seconds(2))
         logger.info("sink stopped", metadata: ["consumer-closed-cleanly": "\(closed)"])

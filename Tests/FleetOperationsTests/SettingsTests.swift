@@ -113,6 +113,7 @@ struct ExampleConfigTests {
         #expect(try sink.int("metrics-port", flag: nil, default: 0) == 9091)
         #expect(sink.string("rejected-topic", flag: nil) == "entitlements.sink-rejected")
         #expect(try sink.int("max-batch-size", flag: nil, default: 0) == 2000)
+        #expect(try sink.int("writers", flag: nil, default: 0) == 1)
         #expect(worker.string("validation-time", flag: nil) == "signed-date")
         #expect(try worker.bool("allow-unsigned-environments", flag: false) == false)
         // An environment variable still beats the file.

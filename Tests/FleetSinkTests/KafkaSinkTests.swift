@@ -64,12 +64,12 @@ func produce(_ events: [EntitlementEvent], to topic: String, bootstrap: String) 
     producer.close(timeout: .seconds(5))
 }
 
-func startSink(bootstrap: String, topic: String, rejected: String, url: String) throws -> Process {
+func startSink(bootstrap: String, topic: String, rejected: String, url: String, writers: Int = 1) throws -> Process {
     let process = Process()
     process.executableURL = try fleetExecutable()
     process.arguments = [
         "sink", "--bootstrap-servers", bootstrap, "--group", "sink-kill-test", "--result-topic", topic,
-        "--rejected-topic", rejected, "--database-url", url, "--max-batch-size", "40",
+        "--rejected-topic", rejected, "--database-url", url, "--max-batch-size", "40", "--writers", String(writers),
     ]
     var environment = ProcessInfo.processInfo.environment
     environment["FLEET_LOG_LEVEL"] = "warning"
@@ -82,8 +82,9 @@ func startSink(bootstrap: String, topic: String, rejected: String, url: String) 
 
 @Suite("fleet sink end to end: Kafka (embedded) -> PostgreSQL", .serialized)
 struct KafkaSinkTests {
-    @Test("SIGKILL mid-batch, restart: no event missing, none applied twice")
-    func killAndRestart() async throws {
+    /// With one writer, and with two (two group members in one process, each its own database connection).
+    @Test("SIGKILL mid-batch, restart: no event missing, none applied twice", arguments: [1, 2])
+    func killAndRestart(writers: Int) async throws {
         let url = try await TestPostgres.shared.freshDatabase()
         let reference = try await TestPostgres.shared.freshDatabase()
         let cluster = try EmbeddedKafkaCluster(brokers: 1)
@@ -103,7 +104,8 @@ struct KafkaSinkTests {
         func count() async throws -> Int64 {
             try await withConnection(url) { try await scalar($0, "SELECT count(*) FROM entitlement_events", as: Int64.self) }
         }
-        let first = try startSink(bootstrap: cluster.bootstrapServers, topic: "results", rejected: "sink-rejected", url: url)
+        let first = try startSink(
+            bootstrap: cluster.bootstrapServers, topic: "results", rejected: "sink-rejected", url: url, writers: writers)
         try await waitUntil(timeout: .seconds(90)) { try await count() >= 300 }
         kill(first.processIdentifier, SIGKILL)
         first.waitUntilExit()
@@ -111,7 +113,8 @@ struct KafkaSinkTests {
         let atKill = try await count()
         #expect(atKill < Int64(stream.count), "the sink finished before it could be killed; the test proves nothing")
 
-        let second = try startSink(bootstrap: cluster.bootstrapServers, topic: "results", rejected: "sink-rejected", url: url)
+        let second = try startSink(
+            bootstrap: cluster.bootstrapServers, topic: "results", rejected: "sink-rejected", url: url, writers: writers)
         defer { if second.isRunning { kill(second.processIdentifier, SIGKILL) } }
         try await waitUntil(timeout: .seconds(90)) { try await count() == Int64(stream.count) }
         // SIGTERM: graceful stop with exit status 0.

@@ -21,7 +21,7 @@ CONTRACT_WORKER_KEYS = {
 }
 CONTRACT_SINK_KEYS = {
     "group", "result-topic", "database-url", "rejected-topic", "metrics-port", "shutdown-deadline-seconds",
-    "log-level", "log-format", "max-batch-size",
+    "log-level", "log-format", "max-batch-size", "writers",
 }
 CONTRACT_METRICS = [
     "fleet_worker_inputs_total", "fleet_worker_verdicts_total", "fleet_consumer_lag",
