@@ -393,6 +393,18 @@ final class ConsumerCore: Sendable {
         return try result.get()
     }
 
+    /// Synchronously commits the stored offsets (blocking: call it from a dedicated thread). Nothing stored since the
+    /// last commit counts as success.
+    func commitStoredBlocking() -> Bool {
+        state.withLock { s -> Bool in
+            guard !s.handleGone else { return false }
+            let err = rd_kafka_commit(handle, nil, 0)
+            if err == RD_KAFKA_RESP_ERR_NO_ERROR || err == RD_KAFKA_RESP_ERR__NO_OFFSET { return true }
+            logger.warning("offset commit failed", metadata: ["error": "\(String(cString: rd_kafka_err2name(err)))"])
+            return false
+        }
+    }
+
     /// Marks messages finished; stores offsets for every partition whose contiguous finished prefix advanced.
     func markProcessed(_ items: [(TopicPartition, Int64)]) {
         state.withLock { s in
@@ -570,6 +582,17 @@ public final class KafkaConsumer: Sendable {
 
     /// Handed-out messages per partition not yet part of a stored prefix.
     public var outstanding: [TopicPartition: Int] { core.outstanding }
+
+    /// Commits the offsets stored so far now, still as a group member, waiting at most `deadline`. Several members
+    /// of one group in a process (the sink's writers) commit this way before any of them closes: a member that leaves
+    /// starts a rebalance during which the others' closing commits would be refused.
+    @discardableResult
+    public func commit(deadline: Duration = .seconds(5)) async -> Bool {
+        let shot = OneShot<Bool>()
+        let core = self.core
+        startThread(name: "fleet-kafka-consumer-commit") { shot.fulfil(core.commitStoredBlocking()) }
+        return await shot.wait(timeout: deadline, onTimeout: false)
+    }
 
     /// Commits stored offsets, leaves the group and releases the client, waiting at most `deadline`.
     /// Returns true when the close completed in time; false means the close was abandoned (the handle is leaked).

@@ -156,6 +156,13 @@ struct Sink: AsyncParsableCommand {
         // In-flight batch finished (or abandoned uncommitted while the database was down): commit stored offsets,
         // leave the group.
         let closeDeadline = Duration.seconds(max(1, deadline / 2))
+        if consumers.count > 1 {
+            // Every writer commits while all are still members: the first to leave starts a rebalance during which
+            // the others' closing commits would be refused (their batches would then be redelivered, harmlessly).
+            await withTaskGroup(of: Void.self) { group in
+                for consumer in consumers { group.addTask { await consumer.commit(deadline: .seconds(5)) } }
+            }
+        }
         let closed = await withTaskGroup(of: Bool.self) { group in
             for consumer in consumers { group.addTask { await consumer.close(deadline: closeDeadline) } }
             return await group.reduce(true) { $0 && $1 }
