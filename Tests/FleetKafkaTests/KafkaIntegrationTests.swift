@@ -97,6 +97,35 @@ import Testing
         #expect(lag.totalLag == 240)
     }
 
+    @Test func commitStoresTheFinishedPrefixWhileStillAMember() async throws {
+        let topic = TestKafka.unique("commit")
+        let cluster = try await TestKafka.cluster(brokers: 1, topic: topic, partitions: 2)
+        defer { cluster.shutdown() }
+        try await TestKafka.produceSequenced(cluster.bootstrapServers, topic: topic, partitions: 2, perPartition: 50)
+        var config = TestKafka.config(cluster.bootstrapServers)
+        config.autoCommitIntervalMilliseconds = 600_000  // only the explicit commit can commit within this test
+        let group = TestKafka.unique("commit-g")
+        let consumer = try KafkaConsumer(configuration: config, groupId: group, topics: [topic])
+        var seen: [KafkaMessage] = []
+        let deadline = ContinuousClock.now + .seconds(30)
+        while seen.count < 100, ContinuousClock.now < deadline {
+            seen += try await consumer.nextBatch(maxMessages: 200, timeout: .milliseconds(500))
+        }
+        #expect(seen.count == 100)
+        for m in seen where m.partition == 0 || m.offset < 20 { consumer.markProcessed(m) }
+        let admin = KafkaAdmin(configuration: config)
+        let before = try await admin.consumerLag(groupId: group, topics: [topic])
+        #expect(before.allSatisfy { $0.committedOffset == nil }, "nothing committed before the explicit commit")
+        #expect(await consumer.commit(deadline: .seconds(10)))
+        #expect(consumer.isReady, "still a member after committing")
+        let after = Dictionary(uniqueKeysWithValues: try await admin.consumerLag(groupId: group, topics: [topic])
+            .map { ($0.partition, $0.committedOffset) })
+        #expect(after[0] == 50)
+        #expect(after[1] == 20)
+        #expect(await consumer.close(deadline: .seconds(10)))
+        #expect(await consumer.commit(deadline: .seconds(2)) == false, "a closed consumer has nothing to commit with")
+    }
+
     @Test func brokerDownForSecondsDuringProductionAndConsumptionLosesNothing() async throws {
         let topic = TestKafka.unique("down")
         let cluster = try await TestKafka.cluster(brokers: 3, topic: topic, partitions: 6, replicationFactor: 3)
