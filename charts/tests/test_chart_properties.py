@@ -120,6 +120,13 @@ def test_sink_has_its_own_simple_scaling():
     assert len(r.of_kind("ScaledObject")) == 1  # the worker's, untouched
 
 
+def test_sink_writers_reach_the_config_and_are_validated():
+    r = render(with_mode("keda", {"config": {"sink": {"writers": 3}}}))
+    assert r.fleet_config()["sink"]["writers"] == 3
+    with pytest.raises(Exception, match="writers"):
+        render(with_mode("keda", {"config": {"sink": {"writers": 0}}}))
+
+
 # ---- topics and group wiring ------------------------------------------------------------------------
 
 def test_topics_and_group_are_wired_into_scaledobject_and_worker_config():
