@@ -66,7 +66,7 @@ public struct PreparedBatch: Sendable {
 
 /// The JSON text of an event's payload columns, computed once per event before the database transaction.
 struct EventTexts: Sendable {
-    var notification: String?
+    var notification: String? = nil
     var transaction: String?
     var renewalInfo: String?
     var appTransaction: String?
@@ -166,7 +166,7 @@ struct BatchPlan: Sendable {
         texts.reserveCapacity(events.count)
         for e in self.events where texts[e.eventId] == nil {
             var t = EventTexts(
-                notification: nil, transaction: Self.jsonText(e.transaction), renewalInfo: Self.jsonText(e.renewalInfo),
+                transaction: Self.jsonText(e.transaction), renewalInfo: Self.jsonText(e.renewalInfo),
                 appTransaction: Self.jsonText(e.appTransaction), details: Self.jsonText(e.details))
             // The notification's payload embeds the same documents: their text is reused, not written again.
             t.notification = e.notification.map { Self.notificationPayload(e, $0, parts: t) }
@@ -572,9 +572,12 @@ struct BatchPlan: Sendable {
     /// The decoded notification as stored in `notifications.payload`: the envelope fields and the verified
     /// transaction / renewal info / app transaction / extras carried by the event.
     /// The decoded notification stored in `notifications.payload`: its header fields plus the transaction, renewal
-    /// info, AppTransaction and details documents. `parts` holds those documents' JSON text when already written
-    /// for the other columns; they are then spliced in rather than serialized again.
+    /// info, AppTransaction and details documents, whose JSON text (`parts`, when already written for the other
+    /// columns) is spliced in rather than serialized again.
     static func notificationPayload(_ e: EntitlementEvent, _ n: EventNotification, parts: EventTexts? = nil) -> String {
+        let parts = parts ?? EventTexts(
+            transaction: jsonText(e.transaction), renewalInfo: jsonText(e.renewalInfo),
+            appTransaction: jsonText(e.appTransaction), details: jsonText(e.details))
         var o: [String: JSONValue] = [
             "notificationUUID": .string(n.uuid), "notificationType": .string(n.type), "signedDate": .integer(n.signedDate),
             "environment": .string(e.environment),
@@ -583,13 +586,6 @@ struct BatchPlan: Sendable {
         if let v = n.version { o["version"] = .string(v) }
         if let b = e.bundleId { o["bundleId"] = .string(b) }
         if let a = e.appAppleId { o["appAppleId"] = .integer(a) }
-        guard let parts else {
-            if let t = e.transaction { o["transaction"] = t }
-            if let r = e.renewalInfo { o["renewalInfo"] = r }
-            if let a = e.appTransaction { o["appTransaction"] = a }
-            if let d = e.details { o["details"] = d }
-            return jsonText(.object(o)) ?? "{}"
-        }
         // The header object (never empty) with its closing brace replaced by the pre-written members.
         var bytes = Array((jsonText(.object(o)) ?? "{}").utf8)
         bytes.removeLast()
@@ -876,7 +872,6 @@ struct BatchPlan: Sendable {
             """), logger: logger))
     }
 }
-
 
 extension EntitlementEffect {
     /// GRANT / EXTEND / REVOKE / RESTORE change access; STATE / INFO never do.

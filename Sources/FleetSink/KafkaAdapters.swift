@@ -1,5 +1,6 @@
 import FleetKafka
 import Foundation
+import Logging
 
 /// The result topic through `FleetKafka.KafkaConsumer`: batches in, `markProcessed` after the database commit
 /// (the consumer stores offset+1 for the contiguous processed prefix and commits it in the background, on revoke
@@ -52,5 +53,49 @@ public final class KafkaRejectedSink: RejectedRecordSink {
                 KafkaHeader(key: "source-partition", string: String(record.partition)),
                 KafkaHeader(key: "source-offset", string: String(record.offset)),
             ]))
+    }
+}
+
+/// The writers of one sink process: each a member of the sink's consumer group with its own `KafkaConsumer` and its
+/// own `SinkService` (hence its own database connection). The group splits the result topic's partitions between
+/// them, so a subscription's events (keyed by originalTransactionId) stay with one writer; writers touching the same
+/// subject serialize on the applier's advisory locks, as separate sink processes do. Each batch is still one
+/// database transaction.
+public final class KafkaSinkWriters: Sendable {
+    public let services: [SinkService]
+    private let consumers: [KafkaConsumer]
+
+    public init(
+        count: Int, kafka: KafkaConfiguration, groupId: String, topic: String, configuration: SinkConfiguration,
+        rejected: any RejectedRecordSink, logger: Logger, onBatch: (@Sendable (SinkService.BatchReport) -> Void)? = nil
+    ) throws {
+        var consumers: [KafkaConsumer] = []
+        var services: [SinkService] = []
+        for _ in 0..<max(1, count) {
+            let consumer = try KafkaConsumer(configuration: kafka, groupId: groupId, topics: [topic])
+            consumers.append(consumer)
+            services.append(SinkService(
+                configuration: configuration, source: KafkaEventBatchSource(consumer: consumer), rejected: rejected,
+                logger: logger, onBatch: onBatch))
+        }
+        self.consumers = consumers
+        self.services = services
+    }
+
+    /// Every writer connected to the database and assigned.
+    public var isReady: Bool { services.allSatisfy(\.isReady) }
+
+    /// After the services stopped: every writer commits its stored offsets while all are still members (the first to
+    /// leave starts a rebalance during which the others' closing commits would be refused), then all leave the group.
+    /// Returns whether every consumer closed within `deadline`.
+    public func close(deadline: Duration) async -> Bool {
+        let consumers = self.consumers
+        await withTaskGroup(of: Void.self) { group in
+            for consumer in consumers { group.addTask { await consumer.commit(deadline: min(deadline, .seconds(5))) } }
+        }
+        return await withTaskGroup(of: Bool.self) { group in
+            for consumer in consumers { group.addTask { await consumer.close(deadline: deadline) } }
+            return await group.reduce(true) { $0 && $1 }
+        }
     }
 }

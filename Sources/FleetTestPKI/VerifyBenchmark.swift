@@ -138,11 +138,7 @@ public enum VerifyBenchmark {
     /// and signature, with the leaf key, nothing else.
     static func rawES256(_ w: Workload) -> @Sendable (Int) -> Bool {
         let leafKey = w.pki.leafKey.publicKey
-        let rawInputs: [([UInt8], P256.Signing.ECDSASignature)] = w.transactions.map { jws in
-            let lastDot = jws.lastIndex(of: UInt8(ascii: "."))!
-            let sig = Base64.decodeURL(String(decoding: jws[(lastDot + 1)...], as: UTF8.self))!
-            return (Array(jws[..<lastDot]), try! P256.Signing.ECDSASignature(rawRepresentation: sig))
-        }
+        let rawInputs = w.transactions.map(signed)
         return { i in
             let (input, sig) = rawInputs[i % rawInputs.count]
             return leafKey.isValidSignature(sig, for: input)
@@ -153,21 +149,23 @@ public enum VerifyBenchmark {
     /// signed by the test leaf; one call verifies the three.
     static func rawNotificationES256(_ w: Workload) -> @Sendable (Int) -> Bool {
         let leafKey = w.pki.leafKey.publicKey
-        func split(_ jws: [UInt8]) -> ([UInt8], P256.Signing.ECDSASignature) {
-            let lastDot = jws.lastIndex(of: UInt8(ascii: "."))!
-            let sig = Base64.decodeURL(String(decoding: jws[(lastDot + 1)...], as: UTF8.self))!
-            return (Array(jws[..<lastDot]), try! P256.Signing.ECDSASignature(rawRepresentation: sig))
-        }
         let inputs: [[([UInt8], P256.Signing.ECDSASignature)]] = w.notifications.map { jws in
             let segments = jws.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
             let payload = try! JSONValue.parse(bytes: Base64.decodeURL(String(decoding: segments[1], as: UTF8.self))!)
             let nested = ["signedTransactionInfo", "signedRenewalInfo"].compactMap { payload["data"]?[$0]?.stringValue }
             precondition(nested.count == 2, "a benchmark notification carries a transaction and a renewal info")
-            return [split(jws)] + nested.map { split(Array($0.utf8)) }
+            return [signed(jws)] + nested.map { signed(Array($0.utf8)) }
         }
         return { i in
             inputs[i % inputs.count].allSatisfy { leafKey.isValidSignature($0.1, for: $0.0) }
         }
+    }
+
+    /// A generated compact JWS split into its signing input and its raw r||s signature.
+    static func signed(_ jws: [UInt8]) -> ([UInt8], P256.Signing.ECDSASignature) {
+        let lastDot = jws.lastIndex(of: UInt8(ascii: "."))!
+        let sig = Base64.decodeURL(String(decoding: jws[(lastDot + 1)...], as: UTF8.self))!
+        return (Array(jws[..<lastDot]), try! P256.Signing.ECDSASignature(rawRepresentation: sig))
     }
 
     struct Tally {

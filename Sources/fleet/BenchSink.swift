@@ -84,27 +84,20 @@ struct BenchSink: AsyncParsableCommand {
 
         let durations = Mutex<[Duration]>([])
         let processed = Mutex(0)
-        var consumers: [KafkaConsumer] = []
-        var services: [SinkService] = []
-        for _ in 0..<max(1, writers) {
-            let consumer = try KafkaConsumer(configuration: kafka, groupId: "bench-sink", topics: [topic])
-            consumers.append(consumer)
-            services.append(SinkService(
-                configuration: SinkConfiguration(databaseURL: try DatabaseURL(postgres.url), maxBatchSize: batchSize),
-                source: KafkaEventBatchSource(consumer: consumer),
-                rejected: KafkaRejectedSink(producer: producer, topic: "bench.sink-rejected"),
-                logger: logger,
-                onBatch: { report in
-                    durations.withLock { $0.append(report.duration) }
-                    processed.withLock { $0 += report.records }
-                }))
-        }
+        let sinkWriters = try KafkaSinkWriters(
+            count: writers, kafka: kafka, groupId: "bench-sink", topic: topic,
+            configuration: SinkConfiguration(databaseURL: try DatabaseURL(postgres.url), maxBatchSize: batchSize),
+            rejected: KafkaRejectedSink(producer: producer, topic: "bench.sink-rejected"), logger: logger,
+            onBatch: { report in
+                durations.withLock { $0.append(report.duration) }
+                processed.withLock { $0 += report.records }
+            })
         let clock = ContinuousClock()
         // Wait for the group assignment before starting the clock.
         let started = clock.now
         let task = Task {
             try await withThrowingTaskGroup(of: Void.self) { group in
-                for service in services { group.addTask { try await service.run() } }
+                for service in sinkWriters.services { group.addTask { try await service.run() } }
                 try await group.waitForAll()
             }
         }
@@ -121,7 +114,7 @@ struct BenchSink: AsyncParsableCommand {
         let finished = clock.now
         task.cancel()
         _ = try? await task.value
-        for consumer in consumers { await consumer.close(deadline: .seconds(5)) }
+        _ = await sinkWriters.close(deadline: .seconds(5))
         producer.close(timeout: .seconds(2))
 
         // Steady-state rate: from the end of the first batch (the group join and first fetch excluded).

@@ -112,28 +112,15 @@ struct Sink: AsyncParsableCommand {
         readiness.set("database-and-assignment", false)
         let kafka = KafkaConfiguration(bootstrapServers: servers, clientId: "fleet-sink", properties: properties)
         let producer = try KafkaProducer(configuration: kafka)
-        // One consumer and one database connection per writer: the group splits the partitions between them, and a
-        // subscription's events (keyed by originalTransactionId) stay with one writer. Writers touching the same
-        // subject serialize on the applier's advisory locks, as separate sink processes do.
-        var consumers: [KafkaConsumer] = []
-        var sinks: [SinkService] = []
-        for _ in 0..<writerCount {
-            let consumer = try KafkaConsumer(configuration: kafka, groupId: groupId, topics: [topic])
-            consumers.append(consumer)
-            sinks.append(SinkService(
-                configuration: SinkConfiguration(databaseURL: url, maxBatchSize: batch),
-                source: KafkaEventBatchSource(consumer: consumer),
-                rejected: KafkaRejectedSink(producer: producer, topic: rejected),
-                logger: logger))
-        }
+        let writers = try KafkaSinkWriters(
+            count: writerCount, kafka: kafka, groupId: groupId, topic: topic,
+            configuration: SinkConfiguration(databaseURL: url, maxBatchSize: batch),
+            rejected: KafkaRejectedSink(producer: producer, topic: rejected), logger: logger)
         logger.info("sink starting", metadata: [
             "group": "\(groupId)", "topic": "\(topic)", "rejected-topic": "\(rejected)", "database": "\(url)",
             "writers": "\(writerCount)",
         ])
-        let writerSinks = sinks
-        let mirror = Task {
-            await ReadinessMirror.run(readiness, condition: "database-and-assignment") { writerSinks.allSatisfy(\.isReady) }
-        }
+        let mirror = Task { await ReadinessMirror.run(readiness, condition: "database-and-assignment") { writers.isReady } }
         let admin = KafkaAdmin(configuration: kafka)
         let lag = Task {
             await ConsumerLagGauge.run(group: groupId, every: .seconds(5)) {
@@ -142,7 +129,7 @@ struct Sink: AsyncParsableCommand {
             }
         }
         var groupConfiguration = ServiceGroupConfiguration(
-            services: sinks.map {
+            services: writers.services.map {
                 .init(service: $0, successTerminationBehavior: .gracefullyShutdownGroup,
                       failureTerminationBehavior: .gracefullyShutdownGroup)
             } + [.init(service: OperationsServer(port: port, readiness: readiness, logger: logger))],
@@ -155,18 +142,7 @@ struct Sink: AsyncParsableCommand {
         lag.cancel()
         // In-flight batch finished (or abandoned uncommitted while the database was down): commit stored offsets,
         // leave the group.
-        let closeDeadline = Duration.seconds(max(1, deadline / 2))
-        if consumers.count > 1 {
-            // Every writer commits while all are still members: the first to leave starts a rebalance during which
-            // the others' closing commits would be refused (their batches would then be redelivered, harmlessly).
-            await withTaskGroup(of: Void.self) { group in
-                for consumer in consumers { group.addTask { await consumer.commit(deadline: .seconds(5)) } }
-            }
-        }
-        let closed = await withTaskGroup(of: Bool.self) { group in
-            for consumer in consumers { group.addTask { await consumer.close(deadline: closeDeadline) } }
-            return await group.reduce(true) { $0 && $1 }
-        }
+        let closed = await writers.close(deadline: .seconds(max(1, deadline / 2)))
         _ = await producer.flush(deadline: .seconds(5))
         producer.close(timeout: .seconds(2))
         logger.info("sink stopped", metadata: ["consumer-closed-cleanly": "\(closed)"])

@@ -59,13 +59,7 @@ import Testing
         let config = TestKafka.config(cluster.bootstrapServers)
         let group = TestKafka.unique("lag-g")
         let consumer = try KafkaConsumer(configuration: config, groupId: group, topics: [topic])
-        var messages: [Int32: [KafkaMessage]] = [:]
-        let deadline = ContinuousClock.now + .seconds(30)
-        while messages.values.map(\.count).reduce(0, +) < 300, ContinuousClock.now < deadline {
-            for m in try await consumer.nextBatch(maxMessages: 500, timeout: .milliseconds(500)) {
-                messages[m.partition, default: []].append(m)
-            }
-        }
+        let messages = Dictionary(grouping: try await TestKafka.consume(consumer, count: 300), by: \.partition)
         #expect(consumer.isReady)
         #expect(consumer.assignment.count == 3)
         // Partition 0: finished in reverse order, except offset 40 which never finishes -> committed 40.
@@ -106,11 +100,7 @@ import Testing
         config.autoCommitIntervalMilliseconds = 600_000  // only the explicit commit can commit within this test
         let group = TestKafka.unique("commit-g")
         let consumer = try KafkaConsumer(configuration: config, groupId: group, topics: [topic])
-        var seen: [KafkaMessage] = []
-        let deadline = ContinuousClock.now + .seconds(30)
-        while seen.count < 100, ContinuousClock.now < deadline {
-            seen += try await consumer.nextBatch(maxMessages: 200, timeout: .milliseconds(500))
-        }
+        let seen = try await TestKafka.consume(consumer, count: 100)
         #expect(seen.count == 100)
         for m in seen where m.partition == 0 || m.offset < 20 { consumer.markProcessed(m) }
         let admin = KafkaAdmin(configuration: config)

@@ -47,6 +47,16 @@ enum TestKafka {
         #expect(counts.failures.isEmpty, "delivery failures: \(counts.failures.prefix(3))")
     }
 
+    /// Consumes until `count` messages arrived or `timeout` passed; returns them in arrival order.
+    static func consume(_ consumer: KafkaConsumer, count: Int, timeout: Duration = .seconds(30)) async throws -> [KafkaMessage] {
+        var seen: [KafkaMessage] = []
+        let deadline = ContinuousClock.now + timeout
+        while seen.count < count, ContinuousClock.now < deadline {
+            seen += try await consumer.nextBatch(maxMessages: 500, timeout: .milliseconds(500))
+        }
+        return seen
+    }
+
     static func runOnThread(_ body: @escaping @Sendable () throws -> Void) async throws {
         let result: Result<Void, any Error> = await withCheckedContinuation { c in
             let t = Thread {

@@ -309,7 +309,20 @@ struct BatchPreparationTests {
         let n = try #require(e.notification)
         let plan = BatchPlan(events: [e])
         let spliced = try #require(plan.texts["splice"]?.notification)
-        let whole = BatchPlan.notificationPayload(e, n)
+        // The reference: the same document built whole and written in one go.
+        var o: [String: JSONValue] = [
+            "notificationUUID": .string(n.uuid), "notificationType": .string(n.type), "signedDate": .integer(n.signedDate),
+            "environment": .string(e.environment),
+        ]
+        if let v = n.subtype { o["subtype"] = .string(v) }
+        if let v = n.version { o["version"] = .string(v) }
+        if let v = e.bundleId { o["bundleId"] = .string(v) }
+        if let v = e.appAppleId { o["appAppleId"] = .integer(v) }
+        if let v = e.transaction { o["transaction"] = v }
+        if let v = e.renewalInfo { o["renewalInfo"] = v }
+        if let v = e.appTransaction { o["appTransaction"] = v }
+        if let v = e.details { o["details"] = v }
+        let whole = try #require(BatchPlan.jsonText(.object(o)))
         let a = try JSONValue.parse(bytes: Array(spliced.utf8))
         let b = try JSONValue.parse(bytes: Array(whole.utf8))
         #expect(a == b, "spliced: \(spliced)\nwhole: \(whole)")
