@@ -450,14 +450,22 @@ struct BatchPlan: Sendable {
             e.revocation_reason, e.last_signed_date_ms, e.last_event_id, e.last_kind, e.last_effect,
             \(ms("e.updated_at"))
             """
+        // One index probe per key (LATERAL ... OFFSET 0 keeps the planner from hashing the whole table, which it
+        // prefers for a few thousand keys and which made every batch slower as the table grew).
         let rows = try await tx.query(b.query("""
-            SELECT \(columns) FROM entitlements e
-            JOIN unnest(\(env)::text[], \(subject)::text[], \(name)::text[]) AS k(environment, subject, entitlement)
-              USING (environment, subject, entitlement)
+            SELECT \(columns)
+            FROM unnest(\(env)::text[], \(subject)::text[], \(name)::text[]) AS k(environment, subject, entitlement)
+            CROSS JOIN LATERAL (
+                SELECT * FROM entitlements x
+                WHERE x.environment = k.environment AND x.subject = k.subject AND x.entitlement = k.entitlement OFFSET 0
+            ) AS e
             UNION ALL
-            SELECT \(columns) FROM entitlements e
-            JOIN unnest(\(subEnv)::text[], \(subOriginal)::text[]) AS s(environment, original_transaction_id)
-              USING (environment, original_transaction_id)
+            SELECT \(columns)
+            FROM unnest(\(subEnv)::text[], \(subOriginal)::text[]) AS s(environment, original_transaction_id)
+            CROSS JOIN LATERAL (
+                SELECT * FROM entitlements x
+                WHERE x.environment = s.environment AND x.original_transaction_id = s.original_transaction_id OFFSET 0
+            ) AS e
             """), logger: logger)
         var result: [EntitlementKey: EntitlementRow] = [:]
         for try await row in rows {
@@ -487,9 +495,11 @@ struct BatchPlan: Sendable {
         let rows = try await tx.query(b.query("""
             SELECT l.environment, l.transaction_id, l.entry, l.revocation_key, (l.amount * 100000)::bigint,
                    l.signed_date_ms, l.subject, l.product_id, l.original_transaction_id, l.event_id
-            FROM consumable_ledger l
-            JOIN unnest(\(env)::text[], \(txn)::text[]) AS k(environment, transaction_id)
-              USING (environment, transaction_id)
+            FROM unnest(\(env)::text[], \(txn)::text[]) AS k(environment, transaction_id)
+            CROSS JOIN LATERAL (
+                SELECT * FROM consumable_ledger x
+                WHERE x.environment = k.environment AND x.transaction_id = k.transaction_id OFFSET 0
+            ) AS l
             ORDER BY l.signed_date_ms, l.entry, l.revocation_key
             """), logger: logger)
         for try await (environment, transactionId, entry, key, amount, signed, subject, product, original, eventId)
@@ -502,10 +512,12 @@ struct BatchPlan: Sendable {
         }
         let restores = try await tx.query(b.query("""
             SELECT ev.environment, ev.transaction_id, max(ev.signed_date_ms)
-            FROM entitlement_events ev
-            JOIN unnest(\(env)::text[], \(txn)::text[]) AS k(environment, transaction_id)
-              USING (environment, transaction_id)
-            WHERE ev.effect = 'RESTORE' AND ev.product_type = 'Consumable'
+            FROM unnest(\(env)::text[], \(txn)::text[]) AS k(environment, transaction_id)
+            CROSS JOIN LATERAL (
+                SELECT x.environment, x.transaction_id, x.signed_date_ms FROM entitlement_events x
+                WHERE x.environment = k.environment AND x.transaction_id = k.transaction_id
+                  AND x.effect = 'RESTORE' AND x.product_type = 'Consumable' OFFSET 0
+            ) AS ev
             GROUP BY ev.environment, ev.transaction_id
             """), logger: logger)
         for try await (environment, transactionId, signed) in restores.decode((String, String, Int64).self) {
