@@ -323,6 +323,17 @@ struct JSONParser {
 
 // MARK: - Serialization
 
+/// The order in which object members are written.
+public enum JSONKeyOrder: Sendable {
+    /// Whatever order the dictionary yields (fastest).
+    case unordered
+    /// Byte order of the keys (stable output).
+    case bytes
+    /// Shorter keys first, then byte order: the order PostgreSQL's jsonb stores members in, so that parsing the text
+    /// into jsonb finds every object already sorted.
+    case jsonb
+}
+
 extension JSONValue {
     /// Compact JSON text. With `sortedKeys`, object keys are in byte order (stable output).
     public func serialized(sortedKeys: Bool = true) -> String {
@@ -341,6 +352,18 @@ extension JSONValue {
     }
 
     public func write(into out: inout [UInt8], sortedKeys: Bool) {
+        write(into: &out, keyOrder: sortedKeys ? .bytes : .unordered)
+    }
+
+    /// Compact JSON as UTF-8 bytes, object members in `keyOrder`.
+    public func serializedBytes(keyOrder: JSONKeyOrder) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(256)
+        write(into: &out, keyOrder: keyOrder)
+        return out
+    }
+
+    public func write(into out: inout [UInt8], keyOrder: JSONKeyOrder) {
         switch self {
         case .null: out.append(contentsOf: "null".utf8)
         case .bool(let b): out.append(contentsOf: (b ? "true" : "false").utf8)
@@ -360,20 +383,29 @@ extension JSONValue {
             out.append(UInt8(ascii: "["))
             for (k, v) in a.enumerated() {
                 if k > 0 { out.append(UInt8(ascii: ",")) }
-                v.write(into: &out, sortedKeys: sortedKeys)
+                v.write(into: &out, keyOrder: keyOrder)
             }
             out.append(UInt8(ascii: "]"))
         case .object(let o):
             out.append(UInt8(ascii: "{"))
             var first = true
-            let keys = sortedKeys ? o.keys.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) } : Array(o.keys)
+            let keys: [String]
+            switch keyOrder {
+            case .unordered: keys = Array(o.keys)
+            case .bytes: keys = o.keys.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
+            case .jsonb:
+                keys = o.keys.sorted {
+                    let (a, b) = ($0.utf8.count, $1.utf8.count)
+                    return a != b ? a < b : $0.utf8.lexicographicallyPrecedes($1.utf8)
+                }
+            }
             for key in keys {
                 guard let v = o[key] else { continue }
                 if !first { out.append(UInt8(ascii: ",")) }
                 first = false
                 JSONValue.writeString(key, into: &out)
                 out.append(UInt8(ascii: ":"))
-                v.write(into: &out, sortedKeys: sortedKeys)
+                v.write(into: &out, keyOrder: keyOrder)
             }
             out.append(UInt8(ascii: "}"))
         }

@@ -48,6 +48,15 @@ import Testing
         #expect(v.serialized() == text)
         #expect(try JSONValue.parse(v.serialized()) == v)
     }
+
+    @Test func writesMembersInTheRequestedOrder() throws {
+        let v = try JSONValue.parse(#"{"type":"x","bid":1,"a":{"zz":true,"b":null,"ccc":[{"yy":1,"x":2}]},"bundleId":"c","ab":0}"#)
+        // jsonb's order: shorter keys first, then byte order, at every depth.
+        #expect(String(decoding: v.serializedBytes(keyOrder: .jsonb), as: UTF8.self)
+            == #"{"a":{"b":null,"zz":true,"ccc":[{"x":2,"yy":1}]},"ab":0,"bid":1,"type":"x","bundleId":"c"}"#)
+        #expect(String(decoding: v.serializedBytes(keyOrder: .bytes), as: UTF8.self) == v.serialized())
+        #expect(try JSONValue.parse(String(decoding: v.serializedBytes(keyOrder: .unordered), as: UTF8.self)) == v)
+    }
 }
 
 @Suite struct Base64Tests {
