@@ -52,8 +52,19 @@ public struct EventApplier: Sendable {
 
     public func apply(_ batch: PreparedBatch, connection: PostgresConnection, logger: Logger) async throws -> ApplyOutcome {
         if batch.plan.events.isEmpty { return ApplyOutcome() }
-        return try await connection.withTransaction(logger: logger) { tx in
-            try await batch.plan.execute(on: tx, logger: logger)
+        // Redelivered events are rare (a restart, a rebalance, a worker retrying): the batch is first written as if
+        // every event were new, which spares one index probe per event; the event insert finds any already stored
+        // (ON CONFLICT) and the batch is then rolled back and written again with the stored events left out.
+        do {
+            return try await connection.withTransaction(logger: logger) { tx in
+                try await batch.plan.execute(on: tx, checkStored: false, logger: logger)
+            }
+        } catch let error as PostgresTransactionError
+            where error.closureError is BatchPlan.SomeAlreadyStored && error.rollbackError == nil
+        {
+            return try await connection.withTransaction(logger: logger) { tx in
+                try await batch.plan.execute(on: tx, checkStored: true, logger: logger)
+            }
         }
     }
 }
@@ -173,9 +184,57 @@ struct BatchPlan: Sendable {
             texts[e.eventId] = t
         }
         self.texts = texts
+        // The statements that do not depend on what the database holds, built here (while the previous batch is
+        // written) for the common case where every event of the batch is new.
+        var lockNames = Set<String>()
+        for event in self.events {
+            if let k = event.entitlementKey { lockNames.insert("E\u{1}\(k.environment)\u{1}\(k.subject)\u{1}\(k.entitlement)") }
+            if let k = event.ledgerKey { lockNames.insert("L\u{1}\(k.environment)\u{1}\(k.transactionId)") }
+            if let k = event.subscriptionKey { lockNames.insert("S\u{1}\(k.environment)\u{1}\(k.originalTransactionId)") }
+        }
+        self.lockNames = Array(lockNames)
+        self.allNew = Statements(events: self.events, texts: texts)
     }
 
-    func execute(on tx: PostgresConnection, logger: Logger) async throws -> ApplyOutcome {
+    /// Advisory-lock names of every entitlement / consumable / subscription key of the batch.
+    let lockNames: [String]
+    /// The writes of the batch when no event of it is already stored.
+    let allNew: Statements
+
+    /// The insert statements of notifications, transactions and events for a list of new events (the events'
+    /// statuses, which need the database, are bound last by `EventsStatement.query(statuses:)`).
+    struct Statements: Sendable {
+        var notifications: PostgresQuery?
+        var transactions: PostgresQuery?
+        var events: EventsStatement?
+
+        init(events: [EntitlementEvent], texts: [String: EventTexts]) {
+            notifications = BatchPlan.notificationsQuery(events, texts: texts)
+            transactions = BatchPlan.transactionsQuery(events, texts: texts)
+            self.events = BatchPlan.eventsStatement(events, texts: texts)
+        }
+    }
+
+    /// The entitlement_events insert with every column bound but the status.
+    struct EventsStatement: Sendable {
+        var binds: ColumnBinds
+        var sql: String
+        var statusPlaceholder: String
+
+        func query(statuses: [EventStatus]) -> PostgresQuery {
+            var b = binds
+            let placeholder = b.add(statuses.map(\.rawValue))
+            precondition(placeholder == statusPlaceholder, "the status column must be bound last")
+            return b.query(sql)
+        }
+    }
+
+    /// Thrown (rolling the transaction back) when a batch written without `checkStored` meets stored events.
+    struct SomeAlreadyStored: Error {}
+
+    /// With `checkStored`, events already in entitlement_events are looked up first and left out; without it, they
+    /// are assumed new and `SomeAlreadyStored` is thrown, before anything but the events is written, if one was not.
+    func execute(on tx: PostgresConnection, checkStored: Bool, logger: Logger) async throws -> ApplyOutcome {
         var outcome = ApplyOutcome()
         let trace = ProcessInfo.processInfo.environment["FLEET_SINK_PHASES"] != nil
         var mark = ContinuousClock.now
@@ -189,15 +248,9 @@ struct BatchPlan: Sendable {
         defer { if trace { FileHandle.standardError.write((phases.joined(separator: " ") + "\n").data(using: .utf8)!) } }
 
         // 1. Serialize with other sinks on every entitlement / consumable key of the batch.
-        var lockNames = Set<String>()
-        for event in events {
-            if let k = event.entitlementKey { lockNames.insert("E\u{1}\(k.environment)\u{1}\(k.subject)\u{1}\(k.entitlement)") }
-            if let k = event.ledgerKey { lockNames.insert("L\u{1}\(k.environment)\u{1}\(k.transactionId)") }
-            if let k = event.subscriptionKey { lockNames.insert("S\u{1}\(k.environment)\u{1}\(k.originalTransactionId)") }
-        }
         if !lockNames.isEmpty {
             var b = ColumnBinds()
-            let names = b.add(Array(lockNames))
+            let names = b.add(lockNames)
             try await tx.query(b.query("""
                 SELECT count(pg_advisory_xact_lock(h)) FROM (
                     SELECT DISTINCT hashtextextended(k, 0) AS h FROM unnest(\(names)::text[]) AS k ORDER BY 1
@@ -208,7 +261,7 @@ struct BatchPlan: Sendable {
         phase("locks")
         // 2. Redelivered events.
         var known = Set<String>()
-        do {
+        if checkStored {
             var b = ColumnBinds()
             let ids = b.add(events.map(\.eventId))
             let rows = try await tx.query(b.query(
@@ -272,15 +325,26 @@ struct BatchPlan: Sendable {
         }
 
         phase("fold")
-        // 5. Writes.
-        outcome.rowsWritten["notifications"] = try await writeNotifications(fresh, tx: tx, logger: logger)
-        phase("notifications")
-        let (versions, current) = try await writeTransactions(fresh, tx: tx, logger: logger)
-        phase("transactions")
-        outcome.rowsWritten["transaction_versions"] = versions
-        outcome.rowsWritten["transactions"] = current
-        outcome.rowsWritten["entitlement_events"] = try await writeEvents(fresh, statuses: statuses, tx: tx, logger: logger)
+        // 5. Writes (built before the transaction unless some events of the batch were already stored). The events
+        // first: when they were assumed new, the count inserted proves it before anything else is written.
+        let writes = fresh.count == events.count ? allNew : Statements(events: fresh, texts: texts)
+        if let statement = writes.events {
+            let inserted = try await count(tx.query(statement.query(statuses: statuses), logger: logger))
+            if !checkStored && inserted != fresh.count { throw SomeAlreadyStored() }
+            outcome.rowsWritten["entitlement_events"] = inserted
+        }
         phase("events")
+        if let query = writes.notifications {
+            outcome.rowsWritten["notifications"] = try await count(tx.query(query, logger: logger))
+        }
+        phase("notifications")
+        if let query = writes.transactions {
+            for try await (versions, current) in try await tx.query(query, logger: logger).decode((Int64, Int64).self) {
+                outcome.rowsWritten["transaction_versions"] = Int(versions)
+                outcome.rowsWritten["transactions"] = Int(current)
+            }
+        }
+        phase("transactions")
         let changedRows = changedKeys.compactMap { key in entitlements[key].map { (key, $0) } }
         outcome.rowsWritten["entitlements"] = try await writeEntitlements(changedRows, tx: tx, logger: logger)
         phase("entitlements")
@@ -537,14 +601,14 @@ struct BatchPlan: Sendable {
         return total
     }
 
-    private func writeNotifications(_ events: [EntitlementEvent], tx: PostgresConnection, logger: Logger) async throws -> Int {
+    static func notificationsQuery(_ events: [EntitlementEvent], texts: [String: EventTexts]) -> PostgresQuery? {
         var seen = Set<String>()
         var picked: [(EntitlementEvent, EventNotification)] = []
         for event in events {
             guard let n = event.notification, seen.insert(n.uuid).inserted else { continue }
             picked.append((event, n))
         }
-        guard !picked.isEmpty else { return 0 }
+        guard !picked.isEmpty else { return nil }
         // received_at: the earliest verification time of that notification within the batch.
         var received: [String: Int64] = [:]
         for event in events { if let n = event.notification { received[n.uuid] = min(received[n.uuid] ?? .max, event.verifiedAt) } }
@@ -559,12 +623,12 @@ struct BatchPlan: Sendable {
         let original = b.add(picked.map(\.0.originalTransactionId))
         let transaction = b.add(picked.map(\.0.transactionId))
         let signed = b.add(picked.map(\.1.signedDate))
-        let payload = b.add(picked.map { texts[$0.0.eventId]?.notification ?? Self.notificationPayload($0.0, $0.1) })
+        let payload = b.add(picked.map { texts[$0.0.eventId]?.notification ?? notificationPayload($0.0, $0.1) })
         let topic = b.add(picked.map(\.0.source.topic))
         let partition = b.add(picked.map(\.0.source.partition))
         let offset = b.add(picked.map(\.0.source.offset))
         let receivedAt = b.add(picked.map { received[$0.1.uuid] ?? $0.0.verifiedAt })
-        return try await count(tx.query(b.query("""
+        return b.query("""
             WITH ins AS (
                 INSERT INTO notifications (notification_uuid, environment, notification_type, subtype, version,
                     bundle_id, app_apple_id, original_transaction_id, transaction_id, signed_date, signed_date_ms,
@@ -578,7 +642,7 @@ struct BatchPlan: Sendable {
                 ON CONFLICT (notification_uuid) DO NOTHING
                 RETURNING 1
             ) SELECT count(*) FROM ins
-            """), logger: logger))
+            """)
     }
 
     /// The decoded notification as stored in `notifications.payload`: the envelope fields and the verified
@@ -590,25 +654,29 @@ struct BatchPlan: Sendable {
         let parts = parts ?? EventTexts(
             transaction: jsonText(e.transaction), renewalInfo: jsonText(e.renewalInfo),
             appTransaction: jsonText(e.appTransaction), details: jsonText(e.details))
-        var o: [String: JSONValue] = [
-            "notificationUUID": .string(n.uuid), "notificationType": .string(n.type), "signedDate": .integer(n.signedDate),
-            "environment": .string(e.environment),
+        var members: [(String, String)] = [
+            ("notificationUUID", jsonText(.string(n.uuid)) ?? "null"), ("notificationType", jsonText(.string(n.type)) ?? "null"),
+            ("signedDate", String(n.signedDate)), ("environment", jsonText(.string(e.environment)) ?? "null"),
         ]
-        if let s = n.subtype { o["subtype"] = .string(s) }
-        if let v = n.version { o["version"] = .string(v) }
-        if let b = e.bundleId { o["bundleId"] = .string(b) }
-        if let a = e.appAppleId { o["appAppleId"] = .integer(a) }
-        // The header object (never empty) with its closing brace replaced by the pre-written members.
-        var bytes = Array((jsonText(.object(o)) ?? "{}").utf8)
-        bytes.removeLast()
+        if let s = n.subtype { members.append(("subtype", jsonText(.string(s)) ?? "null")) }
+        if let v = n.version { members.append(("version", jsonText(.string(v)) ?? "null")) }
+        if let b = e.bundleId { members.append(("bundleId", jsonText(.string(b)) ?? "null")) }
+        if let a = e.appAppleId { members.append(("appAppleId", String(a))) }
         for (key, text) in [
             ("transaction", parts.transaction), ("renewalInfo", parts.renewalInfo),
             ("appTransaction", parts.appTransaction), ("details", parts.details),
         ] {
-            guard let text else { continue }
-            bytes.append(contentsOf: #",""#.utf8)
-            bytes.append(contentsOf: key.utf8)
-            bytes.append(contentsOf: #"":"#.utf8)
+            if let text { members.append((key, text)) }
+        }
+        // Members in jsonb's order (shorter keys first, then bytes), like every nested document.
+        members.sort { $0.0.utf8.count != $1.0.utf8.count ? $0.0.utf8.count < $1.0.utf8.count
+                                                          : $0.0.utf8.lexicographicallyPrecedes($1.0.utf8) }
+        var bytes: [UInt8] = [UInt8(ascii: "{")]
+        bytes.reserveCapacity(members.reduce(2) { $0 + $1.0.utf8.count + $1.1.utf8.count + 4 })
+        for (i, (key, text)) in members.enumerated() {
+            if i > 0 { bytes.append(UInt8(ascii: ",")) }
+            JSONValue.writeString(key, into: &bytes)
+            bytes.append(UInt8(ascii: ":"))
             bytes.append(contentsOf: text.utf8)
         }
         bytes.append(UInt8(ascii: "}"))
@@ -622,9 +690,10 @@ struct BatchPlan: Sendable {
         guard let value else { return nil }
         // The byte-level writer of the verification core (several times faster than building a String scalar by
         // scalar); the rare document with an escaped NUL is written again without its NUL characters.
-        let bytes = value.serializedBytes(sortedKeys: false)
+        // Members in jsonb's own order: PostgreSQL then finds each object already sorted.
+        let bytes = value.serializedBytes(keyOrder: .jsonb)
         if !containsEscapedNUL(bytes) { return String(decoding: bytes, as: UTF8.self) }
-        return String(decoding: droppingNUL(value).serializedBytes(sortedKeys: false), as: UTF8.self)
+        return String(decoding: droppingNUL(value).serializedBytes(keyOrder: .jsonb), as: UTF8.self)
     }
 
     /// Whether `\u0000` occurs in JSON text (possibly preceded by an escaped backslash: then it is a false
@@ -655,9 +724,8 @@ struct BatchPlan: Sendable {
         }
     }
 
-    private func writeTransactions(
-        _ events: [EntitlementEvent], tx: PostgresConnection, logger: Logger
-    ) async throws -> (Int, Int) {
+    /// Returns one row: (versions inserted, current facts inserted or replaced).
+    static func transactionsQuery(_ events: [EntitlementEvent], texts: [String: EventTexts]) -> PostgresQuery? {
         struct Version {
             var environment: String, transactionId: String, signedDate: Int64, json: JSONValue, eventId: String
         }
@@ -672,7 +740,18 @@ struct BatchPlan: Sendable {
                 environment: event.environment, transactionId: transactionId, signedDate: signed, json: json,
                 eventId: event.eventId))
         }
-        guard !versions.isEmpty else { return (0, 0) }
+        guard !versions.isEmpty else { return nil }
+        // The newest version of each (environment, transactionId) in the batch is the candidate current fact
+        // (chosen here rather than by a DISTINCT ON sort of the whole batch in the statement). Ties are impossible:
+        // versions are distinct by (environment, transactionId, signedDate).
+        var newest: [String: Int] = [:]
+        for (i, v) in versions.enumerated() {
+            let key = "\(v.environment)\u{1}\(v.transactionId)"
+            if let j = newest[key], versions[j].signedDate >= v.signedDate { continue }
+            newest[key] = i
+        }
+        var isNewest = [Bool](repeating: false, count: versions.count)
+        for i in newest.values { isNewest[i] = true }
         func str(_ k: String) -> [String?] { versions.map { $0.json[k]?.stringValue } }
         func int(_ k: String) -> [Int64?] { versions.map { $0.json[k]?.int64Value } }
         func int32(_ k: String) -> [Int32?] { versions.map { $0.json[k]?.int64Value.flatMap { Int32(exactly: $0) } } }
@@ -696,8 +775,9 @@ struct BatchPlan: Sendable {
         let revocationType = b.add(str("revocationType"))
         let percentage = b.add(int32("revocationPercentage"))
         let upgraded = b.add(versions.map { $0.json["isUpgraded"]?.boolValue })
-        let payload = b.add(versions.map { texts[$0.eventId]?.transaction ?? Self.jsonText($0.json) ?? "{}" })
+        let payload = b.add(versions.map { texts[$0.eventId]?.transaction ?? jsonText($0.json) ?? "{}" })
         let eventId = b.add(versions.map(\.eventId))
+        let current = b.add(isNewest)
         let columns = """
             environment, transaction_id, signed_date_ms, signed_date, original_transaction_id, web_order_line_item_id,
             bundle_id, product_id, product_type, app_account_token, ownership_type, quantity, purchase_date,
@@ -711,7 +791,7 @@ struct BatchPlan: Sendable {
         let updates = columns.split(separator: ",").map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
             .filter { $0 != "environment" && $0 != "transaction_id" }
             .map { "\($0) = EXCLUDED.\($0)" }.joined(separator: ", ")
-        let rows = try await tx.query(b.query("""
+        return b.query("""
             WITH v AS (
                 -- Materialized once (used twice): the payload is parsed into jsonb once per version.
                 SELECT x.*, x.p::jsonb AS pj FROM unnest(\(env)::text[], \(txn)::text[], \(signed)::bigint[], \(original)::text[],
@@ -719,8 +799,8 @@ struct BatchPlan: Sendable {
                     \(ownership)::text[], \(quantity)::integer[], \(purchase)::bigint[], \(originalPurchase)::bigint[],
                     \(expires)::bigint[], \(revocation)::bigint[], \(revocationReason)::integer[],
                     \(revocationType)::text[], \(percentage)::integer[], \(upgraded)::boolean[], \(payload)::text[],
-                    \(eventId)::text[])
-                AS x(env, txn, sd, ot, wo, bu, pr, ty, tok, own, qty, pd, opd, ex, rd, rr, rt, rp, up, p, ev)
+                    \(eventId)::text[], \(current)::boolean[])
+                AS x(env, txn, sd, ot, wo, bu, pr, ty, tok, own, qty, pd, opd, ex, rd, rr, rt, rp, up, p, ev, cur)
             ), ver AS (
                 INSERT INTO transaction_versions (\(columns))
                 SELECT \(select) FROM v
@@ -728,25 +808,20 @@ struct BatchPlan: Sendable {
                 RETURNING 1
             ), cur AS (
                 INSERT INTO transactions (\(columns))
-                SELECT DISTINCT ON (env, txn) \(select) FROM v ORDER BY env, txn, sd DESC
+                SELECT \(select) FROM v WHERE v.cur
                 ON CONFLICT (environment, transaction_id) DO UPDATE SET \(updates)
                 WHERE transactions.signed_date_ms < EXCLUDED.signed_date_ms
                 RETURNING 1
             ) SELECT (SELECT count(*) FROM ver), (SELECT count(*) FROM cur)
-            """), logger: logger)
-        var result = (0, 0)
-        for try await (a, c) in rows.decode((Int64, Int64).self) { result = (Int(a), Int(c)) }
-        return result
+            """)
     }
 
-    /// `statuses[i]` is the status of `events[i]`.
-    private func writeEvents(
-        _ events: [EntitlementEvent], statuses: [EventStatus], tx: PostgresConnection, logger: Logger
-    ) async throws -> Int {
-        guard !events.isEmpty else { return 0 }
+    /// The statuses (bound last, `statuses[i]` being the status of `events[i]`) are known only inside the
+    /// transaction.
+    static func eventsStatement(_ events: [EntitlementEvent], texts: [String: EventTexts]) -> EventsStatement? {
+        guard !events.isEmpty else { return nil }
         var b = ColumnBinds()
         let id = b.add(events.map(\.eventId))
-        let status = b.add(statuses.map(\.rawValue))
         let env = b.add(events.map(\.environment))
         let kind = b.add(events.map(\.kind))
         let effect = b.add(events.map(\.effect.rawValue))
@@ -780,7 +855,8 @@ struct BatchPlan: Sendable {
         let renewal = b.add(events.map { texts[$0.eventId]?.renewalInfo })
         let appTransaction = b.add(events.map { texts[$0.eventId]?.appTransaction })
         let details = b.add(events.map { texts[$0.eventId]?.details })
-        return try await count(tx.query(b.query("""
+        let status = b.nextPlaceholder
+        let sql = """
             WITH ins AS (
                 INSERT INTO entitlement_events (event_id, status, environment, kind, effect, reason, subject,
                     entitlement, product_id, product_type, transaction_id, original_transaction_id,
@@ -806,7 +882,8 @@ struct BatchPlan: Sendable {
                 ON CONFLICT (event_id) DO NOTHING
                 RETURNING 1
             ) SELECT count(*) FROM ins
-            """), logger: logger))
+            """
+        return EventsStatement(binds: b, sql: sql, statusPlaceholder: status)
     }
 
     private func writeEntitlements(

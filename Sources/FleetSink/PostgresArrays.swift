@@ -60,6 +60,9 @@ struct ColumnBinds {
         return "$\(next)"
     }
 
+    /// The placeholder the next column will get.
+    var nextPlaceholder: String { "$\(next)" }
+
     func query(_ sql: String) -> PostgresQuery {
         PostgresQuery(unsafeSQL: sql, binds: bindings)
     }

@@ -65,6 +65,45 @@ struct ApplierTests {
         }
     }
 
+    @Test("a batch mixing stored and new events writes only the new ones, as if they had come alone")
+    func partlyRedeliveredBatch() async throws {
+        // The applier writes a batch as if every event were new and, when the event insert meets stored ones, rolls
+        // back and writes it again without them. Reference: the new events of each mixed batch applied alone.
+        let stream = mixedStream()
+        let stored = 10
+        let isStored = Set(stream.prefix(stored).map(\.eventId))
+        let mixed = try await TestPostgres.shared.freshDatabase()
+        let reference = try await TestPostgres.shared.freshDatabase()
+        func add(_ a: inout ApplyOutcome, _ o: ApplyOutcome) { a.applied += o.applied; a.stale += o.stale; a.duplicate += o.duplicate }
+        var expected = ApplyOutcome()
+        var expectedDump: [String: String] = [:]
+        try await onDatabase(reference) { (c: PostgresConnection) async throws in
+            for batch in chunks(Array(stream.prefix(stored)), of: 7) {
+                _ = try await applier.apply(batch, connection: c, logger: testLogger)
+            }
+            // The boundaries of the second pass below, stored events left out.
+            for batch in chunks(stream, of: 7) {
+                let new = batch.filter { !isStored.contains($0.eventId) }
+                if !new.isEmpty { add(&expected, try await applier.apply(new, connection: c, logger: testLogger)) }
+            }
+            expectedDump = try await stateDump(c)
+            #expect(expectedDump["entitlement_events"]?.split(separator: "\n").count == stream.count)
+        }
+        try await onDatabase(mixed) { (c: PostgresConnection) async throws in
+            for batch in chunks(Array(stream.prefix(stored)), of: 7) {
+                _ = try await applier.apply(batch, connection: c, logger: testLogger)
+            }
+            var total = ApplyOutcome()
+            for batch in chunks(stream, of: 7) { add(&total, try await applier.apply(batch, connection: c, logger: testLogger)) }
+            #expect(total.duplicate == expected.duplicate + stored)
+            #expect(total.applied == expected.applied && total.stale == expected.stale)
+            let dump = try await stateDump(c)
+            for table in dumpedTables where table != "schema_migrations" {
+                #expect(dump[table] == expectedDump[table], "\(table) differs")
+            }
+        }
+    }
+
     @Test("a DID_RENEW signed before a REFUND but delivered after it does not re-activate; REFUND_REVERSED restores")
     func outOfOrder() async throws {
         let url = try await TestPostgres.shared.freshDatabase()
