@@ -93,6 +93,22 @@ struct PipelineCommandsTests {
         for key in ["inputs_per_s", "events_per_s", "verify_notifications_per_s_single_thread", "rss_mb"] {
             #expect((w[key]?.int64Value ?? 0) > 0 || (w[key].map { if case .number(let d) = $0 { return d > 0 }; return false } ?? false), "\(key) in \(w)")
         }
+        // The sink against a COPY of every row it wrote (several rows per event: the ceiling is per event, not per row).
+        let sink = try await Self.fleet(["bench", "sink", "--events", "3000", "--batch-size", "500"], timeout: .seconds(240))
+        #expect(sink.status == 0, "\(sink.stdout)\n\(sink.stderr.suffix(2000))")
+        let k = try #require(sink.lastJSON)
+        func number(_ key: String) -> Double {
+            switch k[key] {
+            case .integer(let v)?: return Double(v)
+            case .number(let d)?: return d
+            default: return 0
+            }
+        }
+        for key in ["events_per_s", "p99_batch_ms", "copy_rows_per_s", "copy_events_per_s", "sink_to_copy_ratio"] {
+            #expect(number(key) > 0, "\(key) in \(k)")
+        }
+        #expect(number("copy_rows_per_event") >= 3, "every table's rows are copied: \(k)")
+        #expect(abs(number("sink_to_copy_ratio") - number("events_per_s") / number("copy_events_per_s")) < 0.01)
         let pipeline = try await Self.fleet(["bench", "pipeline", "--burst", "300", "--rate", "200", "--seconds", "2"], timeout: .seconds(240))
         #expect(pipeline.status == 0, "\(pipeline.stdout)\n\(pipeline.stderr.suffix(2000))")
         let p = try #require(pipeline.lastJSON)
