@@ -61,9 +61,7 @@ public struct EventApplier: Sendable {
             return try await connection.withTransaction(logger: logger) { tx in
                 try await batch.plan.execute(on: tx, checkStored: false, logger: logger)
             }
-        } catch let error as PostgresTransactionError
-            where error.closureError is BatchPlan.SomeAlreadyStored && error.rollbackError == nil
-        {
+        } catch let error as PostgresTransactionError where error.rollbackError == nil && BatchPlan.metStoredEvents(error) {
             return try await connection.withTransaction(logger: logger) { tx in
                 try await batch.plan.execute(on: tx, checkStored: true, logger: logger)
             }
@@ -195,7 +193,7 @@ struct BatchPlan: Sendable {
             if let k = event.subscriptionKey { lockNames.insert("S\u{1}\(k.environment)\u{1}\(k.originalTransactionId)") }
         }
         self.lockNames = Array(lockNames)
-        self.allNew = Statements(events: self.events, texts: texts)
+        self.allNew = Statements(events: self.events, texts: texts, storedEvents: .fail)
     }
 
     /// Advisory-lock names of every entitlement / consumable / subscription key of the batch.
@@ -210,12 +208,16 @@ struct BatchPlan: Sendable {
         var transactions: PostgresQuery?
         var events: EventsStatement?
 
-        init(events: [EntitlementEvent], texts: [String: EventTexts]) {
+        init(events: [EntitlementEvent], texts: [String: EventTexts], storedEvents: StoredEvents) {
             notifications = BatchPlan.notificationsQuery(events, texts: texts)
             transactions = BatchPlan.transactionsQuery(events, texts: texts)
-            self.events = BatchPlan.eventsStatement(events, texts: texts)
+            self.events = BatchPlan.eventsStatement(events, texts: texts, storedEvents: storedEvents)
         }
     }
+
+    /// What the event insert does with an event already stored: fail the statement (when every event is assumed
+    /// new) or skip it (ON CONFLICT DO NOTHING, after the stored ones were left out, against a concurrent writer).
+    enum StoredEvents: Sendable { case fail, skip }
 
     /// The entitlement_events insert with every column bound but the status.
     struct EventsStatement: Sendable {
@@ -233,6 +235,15 @@ struct BatchPlan: Sendable {
 
     /// Thrown (rolling the transaction back) when a batch written without `checkStored` meets stored events.
     struct SomeAlreadyStored: Error {}
+
+    /// Whether a rolled-back batch failed because some of its events were already stored: the insert written for
+    /// new events only (no ON CONFLICT, so no extra probe of the 64-character key per event) met one, or a
+    /// count came short.
+    static func metStoredEvents(_ error: PostgresTransactionError) -> Bool {
+        if error.closureError is SomeAlreadyStored { return true }
+        guard let server = (error.closureError as? PSQLError)?.serverInfo else { return false }
+        return server[.sqlState] == "23505" && server[.constraintName] == "entitlement_events_pkey"
+    }
 
     /// With `checkStored`, events already in entitlement_events are looked up first and left out; without it, they
     /// are assumed new and `SomeAlreadyStored` is thrown, before anything but the events is written, if one was not.
@@ -329,7 +340,8 @@ struct BatchPlan: Sendable {
         phase("fold")
         // 5. Writes (built before the transaction unless some events of the batch were already stored). The events
         // first: when they were assumed new, the count inserted proves it before anything else is written.
-        let writes = fresh.count == events.count ? allNew : Statements(events: fresh, texts: texts)
+        let writes = !checkStored && fresh.count == events.count
+            ? allNew : Statements(events: fresh, texts: texts, storedEvents: checkStored ? .skip : .fail)
         if let statement = writes.events {
             let inserted = try await count(tx.query(statement.query(statuses: statuses), logger: logger))
             if !checkStored && inserted != fresh.count { throw SomeAlreadyStored() }
@@ -849,7 +861,9 @@ struct BatchPlan: Sendable {
 
     /// The statuses (bound last, `statuses[i]` being the status of `events[i]`) are known only inside the
     /// transaction.
-    static func eventsStatement(_ events: [EntitlementEvent], texts: [String: EventTexts]) -> EventsStatement? {
+    static func eventsStatement(
+        _ events: [EntitlementEvent], texts: [String: EventTexts], storedEvents: StoredEvents
+    ) -> EventsStatement? {
         guard !events.isEmpty else { return nil }
         var b = ColumnBinds()
         let id = b.add(events.map(\.eventId))
@@ -936,7 +950,7 @@ struct BatchPlan: Sendable {
                     unnest(\(appTransaction)::text[]) AS at,
                     unnest(\(details)::text[]) AS de
                 ) AS x
-                ON CONFLICT (event_id) DO NOTHING
+                \(storedEvents == .skip ? "ON CONFLICT (event_id) DO NOTHING" : "")
                 RETURNING 1
             ) SELECT count(*) FROM ins
             """
