@@ -332,6 +332,12 @@ public enum JSONKeyOrder: Sendable {
     /// Shorter keys first, then byte order: the order PostgreSQL's jsonb stores members in, so that parsing the text
     /// into jsonb finds every object already sorted.
     case jsonb
+
+    /// Whether key `a` comes before key `b` in jsonb's order.
+    public static func jsonbPrecedes(_ a: String, _ b: String) -> Bool {
+        let (m, n) = (a.utf8.count, b.utf8.count)
+        return m != n ? m < n : a.utf8.lexicographicallyPrecedes(b.utf8)
+    }
 }
 
 extension JSONValue {
@@ -393,11 +399,7 @@ extension JSONValue {
             switch keyOrder {
             case .unordered: keys = Array(o.keys)
             case .bytes: keys = o.keys.sorted { $0.utf8.lexicographicallyPrecedes($1.utf8) }
-            case .jsonb:
-                keys = o.keys.sorted {
-                    let (a, b) = ($0.utf8.count, $1.utf8.count)
-                    return a != b ? a < b : $0.utf8.lexicographicallyPrecedes($1.utf8)
-                }
+            case .jsonb: keys = o.keys.sorted(by: JSONKeyOrder.jsonbPrecedes)
             }
             for key in keys {
                 guard let v = o[key] else { continue }

@@ -25,9 +25,8 @@ public enum EventStatus: String, Sendable {
 }
 
 /// Writes batches of verified entitlement events to PostgreSQL: one database transaction per batch, multi-row
-/// statements (`INSERT ... SELECT ... FROM (SELECT unnest($1::text[]) AS a, unnest($2::bigint[]) AS b, ...)`, whole
-/// columns bound as arrays; set-returning functions in a select list advance in lockstep without first copying every
-/// row into a tuplestore as `FROM unnest($1, $2, ...)` does, ~15 % less database time per insert), idempotent by
+/// statements (`INSERT ... SELECT ... FROM (SELECT unnest($1::text[]) AS a, ...)`, whole columns bound as arrays: see
+/// `ColumnBinds.rows`), idempotent by
 /// eventId, notificationUUID and (environment, transactionId[, signedDate]).
 ///
 /// Ordering (entitlement-mapping.md, "Ordering and idempotency"): within a batch events are applied in signedDate
@@ -55,8 +54,9 @@ public struct EventApplier: Sendable {
     public func apply(_ batch: PreparedBatch, connection: PostgresConnection, logger: Logger) async throws -> ApplyOutcome {
         if batch.plan.events.isEmpty { return ApplyOutcome() }
         // Redelivered events are rare (a restart, a rebalance, a worker retrying): the batch is first written as if
-        // every event were new, which spares one index probe per event; the event insert finds any already stored
-        // (ON CONFLICT) and the batch is then rolled back and written again with the stored events left out.
+        // every event were new, which spares one index probe per event; an event already stored fails the event
+        // insert (unique violation), and the batch is then rolled back and written again with the stored events
+        // looked up and left out.
         do {
             return try await connection.withTransaction(logger: logger) { tx in
                 try await batch.plan.execute(on: tx, checkStored: false, logger: logger)
@@ -233,20 +233,15 @@ struct BatchPlan: Sendable {
         }
     }
 
-    /// Thrown (rolling the transaction back) when a batch written without `checkStored` meets stored events.
-    struct SomeAlreadyStored: Error {}
-
     /// Whether a rolled-back batch failed because some of its events were already stored: the insert written for
-    /// new events only (no ON CONFLICT, so no extra probe of the 64-character key per event) met one, or a
-    /// count came short.
+    /// new events only (no ON CONFLICT, so no extra probe of the 64-character key per event) met one.
     static func metStoredEvents(_ error: PostgresTransactionError) -> Bool {
-        if error.closureError is SomeAlreadyStored { return true }
         guard let server = (error.closureError as? PSQLError)?.serverInfo else { return false }
         return server[.sqlState] == "23505" && server[.constraintName] == "entitlement_events_pkey"
     }
 
     /// With `checkStored`, events already in entitlement_events are looked up first and left out; without it, they
-    /// are assumed new and `SomeAlreadyStored` is thrown, before anything but the events is written, if one was not.
+    /// are assumed new, and the event insert (written first) fails if one was not.
     func execute(on tx: PostgresConnection, checkStored: Bool, logger: Logger) async throws -> ApplyOutcome {
         var outcome = ApplyOutcome()
         let trace = ProcessInfo.processInfo.environment["FLEET_SINK_PHASES"] != nil
@@ -339,13 +334,11 @@ struct BatchPlan: Sendable {
 
         phase("fold")
         // 5. Writes (built before the transaction unless some events of the batch were already stored). The events
-        // first: when they were assumed new, the count inserted proves it before anything else is written.
+        // first: when they were assumed new, their insert proves it before anything else is written.
         let writes = !checkStored && fresh.count == events.count
             ? allNew : Statements(events: fresh, texts: texts, storedEvents: checkStored ? .skip : .fail)
         if let statement = writes.events {
-            let inserted = try await count(tx.query(statement.query(statuses: statuses), logger: logger))
-            if !checkStored && inserted != fresh.count { throw SomeAlreadyStored() }
-            outcome.rowsWritten["entitlement_events"] = inserted
+            outcome.rowsWritten["entitlement_events"] = try await count(tx.query(statement.query(statuses: statuses), logger: logger))
         }
         phase("events")
         if let query = writes.notifications {
@@ -627,52 +620,34 @@ struct BatchPlan: Sendable {
         var received: [String: Int64] = [:]
         for event in events { if let n = event.notification { received[n.uuid] = min(received[n.uuid] ?? .max, event.verifiedAt) } }
         var b = ColumnBinds()
-        let uuid = b.add(picked.map(\.1.uuid))
-        let env = b.add(picked.map(\.0.environment))
-        let type = b.add(picked.map(\.1.type))
-        let subtype = b.add(picked.map(\.1.subtype))
-        let version = b.add(picked.map(\.1.version))
-        let bundle = b.add(picked.map(\.0.bundleId))
-        let appAppleId = b.add(picked.map(\.0.appAppleId))
-        let original = b.add(picked.map(\.0.originalTransactionId))
-        let transaction = b.add(picked.map(\.0.transactionId))
-        let signed = b.add(picked.map(\.1.signedDate))
-        let payload = b.add(picked.map { texts[$0.0.eventId]?.notification ?? notificationPayload($0.0, $0.1) })
-        let topic = b.add(picked.map(\.0.source.topic))
-        let partition = b.add(picked.map(\.0.source.partition))
-        let offset = b.add(picked.map(\.0.source.offset))
-        let receivedAt = b.add(picked.map { received[$0.1.uuid] ?? $0.0.verifiedAt })
+        b.column(picked.map(\.1.uuid), "text", as: "u")
+        b.column(picked.map(\.0.environment), "text", as: "env")
+        b.column(picked.map(\.1.type), "text", as: "t")
+        b.column(picked.map(\.1.subtype), "text", as: "st")
+        b.column(picked.map(\.1.version), "text", as: "v")
+        b.column(picked.map(\.0.bundleId), "text", as: "bu")
+        b.column(picked.map(\.0.appAppleId), "bigint", as: "aai")
+        b.column(picked.map(\.0.originalTransactionId), "text", as: "ot")
+        b.column(picked.map(\.0.transactionId), "text", as: "tr")
+        b.column(picked.map(\.1.signedDate), "bigint", as: "sd")
+        b.column(picked.map { texts[$0.0.eventId]?.notification ?? notificationPayload($0.0, $0.1) }, "text", as: "p")
+        b.column(picked.map(\.0.source.topic), "text", as: "tp")
+        b.column(picked.map(\.0.source.partition), "integer", as: "pa")
+        b.column(picked.map(\.0.source.offset), "bigint", as: "o")
+        b.column(picked.map { received[$0.1.uuid] ?? $0.0.verifiedAt }, "bigint", as: "ra")
         return b.query("""
             WITH ins AS (
                 INSERT INTO notifications (notification_uuid, environment, notification_type, subtype, version,
                     bundle_id, app_apple_id, original_transaction_id, transaction_id, signed_date, signed_date_ms,
                     payload, source_topic, source_partition, source_offset, received_at, applied_at)
                 SELECT u, env, t, st, v, bu, aai, ot, tr, fleet_ms(sd), sd, p::jsonb, tp, pa, o, fleet_ms(ra), now()
-                FROM (SELECT
-                    unnest(\(uuid)::text[]) AS u,
-                    unnest(\(env)::text[]) AS env,
-                    unnest(\(type)::text[]) AS t,
-                    unnest(\(subtype)::text[]) AS st,
-                    unnest(\(version)::text[]) AS v,
-                    unnest(\(bundle)::text[]) AS bu,
-                    unnest(\(appAppleId)::bigint[]) AS aai,
-                    unnest(\(original)::text[]) AS ot,
-                    unnest(\(transaction)::text[]) AS tr,
-                    unnest(\(signed)::bigint[]) AS sd,
-                    unnest(\(payload)::text[]) AS p,
-                    unnest(\(topic)::text[]) AS tp,
-                    unnest(\(partition)::integer[]) AS pa,
-                    unnest(\(offset)::bigint[]) AS o,
-                    unnest(\(receivedAt)::bigint[]) AS ra
-                ) AS x
+                FROM \(b.rows())
                 ON CONFLICT (notification_uuid) DO NOTHING
                 RETURNING 1
             ) SELECT count(*) FROM ins
             """)
     }
 
-    /// The decoded notification as stored in `notifications.payload`: the envelope fields and the verified
-    /// transaction / renewal info / app transaction / extras carried by the event.
     /// The decoded notification stored in `notifications.payload`: its header fields plus the transaction, renewal
     /// info, AppTransaction and details documents, whose JSON text (`parts`, when already written for the other
     /// columns) is spliced in rather than serialized again.
@@ -680,13 +655,14 @@ struct BatchPlan: Sendable {
         let parts = parts ?? EventTexts(
             transaction: jsonText(e.transaction), renewalInfo: jsonText(e.renewalInfo),
             appTransaction: jsonText(e.appTransaction), details: jsonText(e.details))
+        func quoted(_ s: String) -> String { jsonText(.string(s)) ?? "null" }
         var members: [(String, String)] = [
-            ("notificationUUID", jsonText(.string(n.uuid)) ?? "null"), ("notificationType", jsonText(.string(n.type)) ?? "null"),
-            ("signedDate", String(n.signedDate)), ("environment", jsonText(.string(e.environment)) ?? "null"),
+            ("notificationUUID", quoted(n.uuid)), ("notificationType", quoted(n.type)),
+            ("signedDate", String(n.signedDate)), ("environment", quoted(e.environment)),
         ]
-        if let s = n.subtype { members.append(("subtype", jsonText(.string(s)) ?? "null")) }
-        if let v = n.version { members.append(("version", jsonText(.string(v)) ?? "null")) }
-        if let b = e.bundleId { members.append(("bundleId", jsonText(.string(b)) ?? "null")) }
+        if let s = n.subtype { members.append(("subtype", quoted(s))) }
+        if let v = n.version { members.append(("version", quoted(v))) }
+        if let b = e.bundleId { members.append(("bundleId", quoted(b))) }
         if let a = e.appAppleId { members.append(("appAppleId", String(a))) }
         for (key, text) in [
             ("transaction", parts.transaction), ("renewalInfo", parts.renewalInfo),
@@ -694,9 +670,8 @@ struct BatchPlan: Sendable {
         ] {
             if let text { members.append((key, text)) }
         }
-        // Members in jsonb's order (shorter keys first, then bytes), like every nested document.
-        members.sort { $0.0.utf8.count != $1.0.utf8.count ? $0.0.utf8.count < $1.0.utf8.count
-                                                          : $0.0.utf8.lexicographicallyPrecedes($1.0.utf8) }
+        // Members in jsonb's order, like every nested document.
+        members.sort { JSONKeyOrder.jsonbPrecedes($0.0, $1.0) }
         var bytes: [UInt8] = [UInt8(ascii: "{")]
         bytes.reserveCapacity(members.reduce(2) { $0 + $1.0.utf8.count + $1.1.utf8.count + 4 })
         for (i, (key, text)) in members.enumerated() {
@@ -782,28 +757,28 @@ struct BatchPlan: Sendable {
         func int(_ k: String) -> [Int64?] { versions.map { $0.json[k]?.int64Value } }
         func int32(_ k: String) -> [Int32?] { versions.map { $0.json[k]?.int64Value.flatMap { Int32(exactly: $0) } } }
         var b = ColumnBinds()
-        let env = b.add(versions.map(\.environment))
-        let txn = b.add(versions.map(\.transactionId))
-        let signed = b.add(versions.map(\.signedDate))
-        let original = b.add(str("originalTransactionId"))
-        let webOrder = b.add(str("webOrderLineItemId"))
-        let bundle = b.add(str("bundleId"))
-        let product = b.add(str("productId"))
-        let type = b.add(str("type"))
-        let token = b.add(str("appAccountToken"))
-        let ownership = b.add(str("inAppOwnershipType"))
-        let quantity = b.add(int32("quantity"))
-        let purchase = b.add(int("purchaseDate"))
-        let originalPurchase = b.add(int("originalPurchaseDate"))
-        let expires = b.add(int("expiresDate"))
-        let revocation = b.add(int("revocationDate"))
-        let revocationReason = b.add(int32("revocationReason"))
-        let revocationType = b.add(str("revocationType"))
-        let percentage = b.add(int32("revocationPercentage"))
-        let upgraded = b.add(versions.map { $0.json["isUpgraded"]?.boolValue })
-        let payload = b.add(versions.map { texts[$0.eventId]?.transaction ?? jsonText($0.json) ?? "{}" })
-        let eventId = b.add(versions.map(\.eventId))
-        let current = b.add(isNewest)
+        b.column(versions.map(\.environment), "text", as: "env")
+        b.column(versions.map(\.transactionId), "text", as: "txn")
+        b.column(versions.map(\.signedDate), "bigint", as: "sd")
+        b.column(str("originalTransactionId"), "text", as: "ot")
+        b.column(str("webOrderLineItemId"), "text", as: "wo")
+        b.column(str("bundleId"), "text", as: "bu")
+        b.column(str("productId"), "text", as: "pr")
+        b.column(str("type"), "text", as: "ty")
+        b.column(str("appAccountToken"), "text", as: "tok")
+        b.column(str("inAppOwnershipType"), "text", as: "own")
+        b.column(int32("quantity"), "integer", as: "qty")
+        b.column(int("purchaseDate"), "bigint", as: "pd")
+        b.column(int("originalPurchaseDate"), "bigint", as: "opd")
+        b.column(int("expiresDate"), "bigint", as: "ex")
+        b.column(int("revocationDate"), "bigint", as: "rd")
+        b.column(int32("revocationReason"), "integer", as: "rr")
+        b.column(str("revocationType"), "text", as: "rt")
+        b.column(int32("revocationPercentage"), "integer", as: "rp")
+        b.column(versions.map { $0.json["isUpgraded"]?.boolValue }, "boolean", as: "up")
+        b.column(versions.map { texts[$0.eventId]?.transaction ?? jsonText($0.json) ?? "{}" }, "text", as: "p")
+        b.column(versions.map(\.eventId), "text", as: "ev")
+        b.column(isNewest, "boolean", as: "cur")
         let columns = """
             environment, transaction_id, signed_date_ms, signed_date, original_transaction_id, web_order_line_item_id,
             bundle_id, product_id, product_type, app_account_token, ownership_type, quantity, purchase_date,
@@ -820,30 +795,7 @@ struct BatchPlan: Sendable {
         return b.query("""
             WITH v AS (
                 -- Materialized once (used twice): the payload is parsed into jsonb once per version.
-                SELECT x.*, x.p::jsonb AS pj FROM (SELECT
-                    unnest(\(env)::text[]) AS env,
-                    unnest(\(txn)::text[]) AS txn,
-                    unnest(\(signed)::bigint[]) AS sd,
-                    unnest(\(original)::text[]) AS ot,
-                    unnest(\(webOrder)::text[]) AS wo,
-                    unnest(\(bundle)::text[]) AS bu,
-                    unnest(\(product)::text[]) AS pr,
-                    unnest(\(type)::text[]) AS ty,
-                    unnest(\(token)::text[]) AS tok,
-                    unnest(\(ownership)::text[]) AS own,
-                    unnest(\(quantity)::integer[]) AS qty,
-                    unnest(\(purchase)::bigint[]) AS pd,
-                    unnest(\(originalPurchase)::bigint[]) AS opd,
-                    unnest(\(expires)::bigint[]) AS ex,
-                    unnest(\(revocation)::bigint[]) AS rd,
-                    unnest(\(revocationReason)::integer[]) AS rr,
-                    unnest(\(revocationType)::text[]) AS rt,
-                    unnest(\(percentage)::integer[]) AS rp,
-                    unnest(\(upgraded)::boolean[]) AS up,
-                    unnest(\(payload)::text[]) AS p,
-                    unnest(\(eventId)::text[]) AS ev,
-                    unnest(\(current)::boolean[]) AS cur
-                ) AS x
+                SELECT x.*, x.p::jsonb AS pj FROM \(b.rows())
             ), ver AS (
                 INSERT INTO transaction_versions (\(columns))
                 SELECT \(select) FROM v
@@ -866,40 +818,40 @@ struct BatchPlan: Sendable {
     ) -> EventsStatement? {
         guard !events.isEmpty else { return nil }
         var b = ColumnBinds()
-        let id = b.add(events.map(\.eventId))
-        let env = b.add(events.map(\.environment))
-        let kind = b.add(events.map(\.kind))
-        let effect = b.add(events.map(\.effect.rawValue))
-        let reason = b.add(events.map(\.reason))
-        let subject = b.add(events.map(\.subject))
-        let entitlement = b.add(events.map { $0.entitlement ?? ($0.isConsumable ? nil : $0.productId) })
-        let product = b.add(events.map(\.productId))
-        let productType = b.add(events.map(\.productType))
-        let txn = b.add(events.map(\.transactionId))
-        let original = b.add(events.map(\.originalTransactionId))
-        let webOrder = b.add(events.map(\.webOrderLineItemId))
-        let token = b.add(events.map(\.appAccountToken))
-        let ownership = b.add(events.map(\.ownershipType))
-        let quantity = b.add(events.map { $0.quantity.flatMap { Int32(exactly: $0) } })
-        let units = b.add(events.map { $0.units.flatMap { Int32(exactly: $0) } })
-        let validFrom = b.add(events.map(\.validFrom))
-        let validUntil = b.add(events.map(\.validUntil))
-        let revocation = b.add(events.map(\.revocationDate))
-        let revocationReason = b.add(events.map { $0.revocationReason.flatMap { Int32(exactly: $0) } })
-        let revocationType = b.add(events.map(\.revocationType))
-        let percentage = b.add(events.map { $0.revocationPercentage.flatMap { Int32(exactly: $0) } })
-        let uuid = b.add(events.map { $0.notification?.uuid })
-        let nType = b.add(events.map { $0.notification?.type })
-        let nSubtype = b.add(events.map { $0.notification?.subtype })
-        let signed = b.add(events.map(\.signedDate))
-        let verified = b.add(events.map(\.verifiedAt))
-        let topic = b.add(events.map(\.source.topic))
-        let partition = b.add(events.map(\.source.partition))
-        let offset = b.add(events.map(\.source.offset))
-        let inputKind = b.add(events.map(\.source.inputKind))
-        let renewal = b.add(events.map { texts[$0.eventId]?.renewalInfo })
-        let appTransaction = b.add(events.map { texts[$0.eventId]?.appTransaction })
-        let details = b.add(events.map { texts[$0.eventId]?.details })
+        b.column(events.map(\.eventId), "text", as: "id")
+        b.column(events.map(\.environment), "text", as: "env")
+        b.column(events.map(\.kind), "text", as: "k")
+        b.column(events.map(\.effect.rawValue), "text", as: "ef")
+        b.column(events.map(\.reason), "text", as: "r")
+        b.column(events.map(\.subject), "text", as: "su")
+        b.column(events.map { $0.entitlement ?? ($0.isConsumable ? nil : $0.productId) }, "text", as: "en")
+        b.column(events.map(\.productId), "text", as: "pr")
+        b.column(events.map(\.productType), "text", as: "pt")
+        b.column(events.map(\.transactionId), "text", as: "tr")
+        b.column(events.map(\.originalTransactionId), "text", as: "ot")
+        b.column(events.map(\.webOrderLineItemId), "text", as: "wo")
+        b.column(events.map(\.appAccountToken), "text", as: "tok")
+        b.column(events.map(\.ownershipType), "text", as: "own")
+        b.column(events.map { $0.quantity.flatMap { Int32(exactly: $0) } }, "integer", as: "q")
+        b.column(events.map { $0.units.flatMap { Int32(exactly: $0) } }, "integer", as: "un")
+        b.column(events.map(\.validFrom), "bigint", as: "vf")
+        b.column(events.map(\.validUntil), "bigint", as: "vu")
+        b.column(events.map(\.revocationDate), "bigint", as: "rd")
+        b.column(events.map { $0.revocationReason.flatMap { Int32(exactly: $0) } }, "integer", as: "rr")
+        b.column(events.map(\.revocationType), "text", as: "rt")
+        b.column(events.map { $0.revocationPercentage.flatMap { Int32(exactly: $0) } }, "integer", as: "rp")
+        b.column(events.map { $0.notification?.uuid }, "text", as: "nu")
+        b.column(events.map { $0.notification?.type }, "text", as: "nt")
+        b.column(events.map { $0.notification?.subtype }, "text", as: "ns")
+        b.column(events.map(\.signedDate), "bigint", as: "sd")
+        b.column(events.map(\.verifiedAt), "bigint", as: "va")
+        b.column(events.map(\.source.topic), "text", as: "tp")
+        b.column(events.map(\.source.partition), "integer", as: "pa")
+        b.column(events.map(\.source.offset), "bigint", as: "o")
+        b.column(events.map(\.source.inputKind), "text", as: "ik")
+        b.column(events.map { texts[$0.eventId]?.renewalInfo }, "text", as: "ri")
+        b.column(events.map { texts[$0.eventId]?.appTransaction }, "text", as: "at")
+        b.column(events.map { texts[$0.eventId]?.details }, "text", as: "de")
         let status = b.nextPlaceholder
         let sql = """
             WITH ins AS (
@@ -913,43 +865,7 @@ struct BatchPlan: Sendable {
                 SELECT id, st, env, k, ef, r, su, en, pr, pt, tr, ot, wo, tok, own, q, un, fleet_ms(vf), fleet_ms(vu),
                        fleet_ms(rd), rr, rt, rp, nu, nt, ns, fleet_ms(sd), sd, fleet_ms(va), tp, pa, o, ik,
                        ri::jsonb, at::jsonb, de::jsonb
-                FROM (SELECT
-                    unnest(\(id)::text[]) AS id,
-                    unnest(\(status)::text[]) AS st,
-                    unnest(\(env)::text[]) AS env,
-                    unnest(\(kind)::text[]) AS k,
-                    unnest(\(effect)::text[]) AS ef,
-                    unnest(\(reason)::text[]) AS r,
-                    unnest(\(subject)::text[]) AS su,
-                    unnest(\(entitlement)::text[]) AS en,
-                    unnest(\(product)::text[]) AS pr,
-                    unnest(\(productType)::text[]) AS pt,
-                    unnest(\(txn)::text[]) AS tr,
-                    unnest(\(original)::text[]) AS ot,
-                    unnest(\(webOrder)::text[]) AS wo,
-                    unnest(\(token)::text[]) AS tok,
-                    unnest(\(ownership)::text[]) AS own,
-                    unnest(\(quantity)::integer[]) AS q,
-                    unnest(\(units)::integer[]) AS un,
-                    unnest(\(validFrom)::bigint[]) AS vf,
-                    unnest(\(validUntil)::bigint[]) AS vu,
-                    unnest(\(revocation)::bigint[]) AS rd,
-                    unnest(\(revocationReason)::integer[]) AS rr,
-                    unnest(\(revocationType)::text[]) AS rt,
-                    unnest(\(percentage)::integer[]) AS rp,
-                    unnest(\(uuid)::text[]) AS nu,
-                    unnest(\(nType)::text[]) AS nt,
-                    unnest(\(nSubtype)::text[]) AS ns,
-                    unnest(\(signed)::bigint[]) AS sd,
-                    unnest(\(verified)::bigint[]) AS va,
-                    unnest(\(topic)::text[]) AS tp,
-                    unnest(\(partition)::integer[]) AS pa,
-                    unnest(\(offset)::bigint[]) AS o,
-                    unnest(\(inputKind)::text[]) AS ik,
-                    unnest(\(renewal)::text[]) AS ri,
-                    unnest(\(appTransaction)::text[]) AS at,
-                    unnest(\(details)::text[]) AS de
-                ) AS x
+                FROM \(b.rows("unnest(\(status)::text[]) AS st"))
                 \(storedEvents == .skip ? "ON CONFLICT (event_id) DO NOTHING" : "")
                 RETURNING 1
             ) SELECT count(*) FROM ins
@@ -962,22 +878,22 @@ struct BatchPlan: Sendable {
     ) async throws -> Int {
         guard !rows.isEmpty else { return 0 }
         var b = ColumnBinds()
-        let env = b.add(rows.map(\.0.environment))
-        let subject = b.add(rows.map(\.0.subject))
-        let name = b.add(rows.map(\.0.entitlement))
-        let active = b.add(rows.map(\.1.active))
-        let product = b.add(rows.map(\.1.productId))
-        let original = b.add(rows.map(\.1.originalTransactionId))
-        let txn = b.add(rows.map(\.1.transactionId))
-        let validFrom = b.add(rows.map(\.1.validFrom))
-        let validUntil = b.add(rows.map(\.1.validUntil))
-        let revoked = b.add(rows.map(\.1.revokedAt))
-        let reason = b.add(rows.map(\.1.revocationReason))
-        let signed = b.add(rows.map(\.1.lastSignedDate))
-        let eventId = b.add(rows.map(\.1.lastEventId))
-        let kind = b.add(rows.map(\.1.lastKind))
-        let effect = b.add(rows.map(\.1.lastEffect))
-        let updated = b.add(rows.map(\.1.updatedAt))
+        b.column(rows.map(\.0.environment), "text", as: "env")
+        b.column(rows.map(\.0.subject), "text", as: "su")
+        b.column(rows.map(\.0.entitlement), "text", as: "en")
+        b.column(rows.map(\.1.active), "boolean", as: "ac")
+        b.column(rows.map(\.1.productId), "text", as: "pr")
+        b.column(rows.map(\.1.originalTransactionId), "text", as: "ot")
+        b.column(rows.map(\.1.transactionId), "text", as: "tr")
+        b.column(rows.map(\.1.validFrom), "bigint", as: "vf")
+        b.column(rows.map(\.1.validUntil), "bigint", as: "vu")
+        b.column(rows.map(\.1.revokedAt), "bigint", as: "rv")
+        b.column(rows.map(\.1.revocationReason), "text", as: "rr")
+        b.column(rows.map(\.1.lastSignedDate), "bigint", as: "sd")
+        b.column(rows.map(\.1.lastEventId), "text", as: "ev")
+        b.column(rows.map(\.1.lastKind), "text", as: "k")
+        b.column(rows.map(\.1.lastEffect), "text", as: "ef")
+        b.column(rows.map(\.1.updatedAt), "bigint", as: "ua")
         return try await count(tx.query(b.query("""
             WITH up AS (
                 INSERT INTO entitlements (environment, subject, entitlement, active, product_id,
@@ -985,24 +901,7 @@ struct BatchPlan: Sendable {
                     last_signed_date, last_signed_date_ms, last_event_id, last_kind, last_effect, updated_at)
                 SELECT env, su, en, ac, pr, ot, tr, fleet_ms(vf), fleet_ms(vu), fleet_ms(rv), rr, fleet_ms(sd), sd,
                        ev, k, ef, fleet_ms(ua)
-                FROM (SELECT
-                    unnest(\(env)::text[]) AS env,
-                    unnest(\(subject)::text[]) AS su,
-                    unnest(\(name)::text[]) AS en,
-                    unnest(\(active)::boolean[]) AS ac,
-                    unnest(\(product)::text[]) AS pr,
-                    unnest(\(original)::text[]) AS ot,
-                    unnest(\(txn)::text[]) AS tr,
-                    unnest(\(validFrom)::bigint[]) AS vf,
-                    unnest(\(validUntil)::bigint[]) AS vu,
-                    unnest(\(revoked)::bigint[]) AS rv,
-                    unnest(\(reason)::text[]) AS rr,
-                    unnest(\(signed)::bigint[]) AS sd,
-                    unnest(\(eventId)::text[]) AS ev,
-                    unnest(\(kind)::text[]) AS k,
-                    unnest(\(effect)::text[]) AS ef,
-                    unnest(\(updated)::bigint[]) AS ua
-                ) AS x
+                FROM \(b.rows())
                 ON CONFLICT (environment, subject, entitlement) DO UPDATE SET
                     active = EXCLUDED.active, product_id = EXCLUDED.product_id,
                     original_transaction_id = EXCLUDED.original_transaction_id,
@@ -1020,33 +919,22 @@ struct BatchPlan: Sendable {
     private func writeLedger(_ entries: [(LedgerKey, LedgerEntry)], tx: PostgresConnection, logger: Logger) async throws -> Int {
         guard !entries.isEmpty else { return 0 }
         var b = ColumnBinds()
-        let env = b.add(entries.map(\.0.environment))
-        let txn = b.add(entries.map(\.0.transactionId))
-        let entry = b.add(entries.map(\.1.entry))
-        let key = b.add(entries.map(\.1.revocationKey))
-        let subject = b.add(entries.map(\.1.subject))
-        let product = b.add(entries.map(\.1.productId))
-        let original = b.add(entries.map(\.1.originalTransactionId))
-        let amount = b.add(entries.map(\.1.scaledAmount))
-        let eventId = b.add(entries.map(\.1.eventId))
-        let signed = b.add(entries.map(\.1.signedDate))
+        b.column(entries.map(\.0.environment), "text", as: "env")
+        b.column(entries.map(\.0.transactionId), "text", as: "tr")
+        b.column(entries.map(\.1.entry), "text", as: "en")
+        b.column(entries.map(\.1.revocationKey), "text", as: "rk")
+        b.column(entries.map(\.1.subject), "text", as: "su")
+        b.column(entries.map(\.1.productId), "text", as: "pr")
+        b.column(entries.map(\.1.originalTransactionId), "text", as: "ot")
+        b.column(entries.map(\.1.scaledAmount), "bigint", as: "am")
+        b.column(entries.map(\.1.eventId), "text", as: "ev")
+        b.column(entries.map(\.1.signedDate), "bigint", as: "sd")
         return try await count(tx.query(b.query("""
             WITH ins AS (
                 INSERT INTO consumable_ledger (environment, transaction_id, entry, revocation_key, subject, product_id,
                     original_transaction_id, amount, event_id, signed_date, signed_date_ms)
                 SELECT env, tr, en, rk, su, pr, ot, trim_scale(am::numeric / 100000), ev, fleet_ms(sd), sd
-                FROM (SELECT
-                    unnest(\(env)::text[]) AS env,
-                    unnest(\(txn)::text[]) AS tr,
-                    unnest(\(entry)::text[]) AS en,
-                    unnest(\(key)::text[]) AS rk,
-                    unnest(\(subject)::text[]) AS su,
-                    unnest(\(product)::text[]) AS pr,
-                    unnest(\(original)::text[]) AS ot,
-                    unnest(\(amount)::bigint[]) AS am,
-                    unnest(\(eventId)::text[]) AS ev,
-                    unnest(\(signed)::bigint[]) AS sd
-                ) AS x
+                FROM \(b.rows())
                 ON CONFLICT (environment, transaction_id, entry, revocation_key) DO NOTHING
                 RETURNING 1
             ) SELECT count(*) FROM ins
