@@ -37,6 +37,7 @@ let package = Package(
             dependencies: [
                 "CRdKafka",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
             ],
             swiftSettings: strict
         ),
@@ -144,7 +145,7 @@ let package = Package(
         .testTarget(name: "EntitlementDomainTests", dependencies: [
             "EntitlementDomain", "AppStoreVerification", "FleetTestPKI", .product(name: "Crypto", package: "swift-crypto"),
         ]),
-        .testTarget(name: "FleetKafkaTests", dependencies: ["FleetKafka"]),
+        .testTarget(name: "FleetKafkaTests", dependencies: ["FleetKafka", "FleetOperations"]),
         .testTarget(name: "FleetWorkerTests", dependencies: ["FleetWorker", "FleetKafka", "FleetTestPKI", "EntitlementDomain"]),
         .testTarget(
             name: "FleetSinkTests",

@@ -22,6 +22,9 @@ public struct PartitionLag: Sendable, Hashable, Codable {
         self.lag = lag
     }
 
+    /// The committed offset is below the low watermark: records the group never read were deleted (retention).
+    public var committedOutOfRange: Bool { committedOffset.map { $0 < lowWatermark } ?? false }
+
     private enum CodingKeys: String, CodingKey { case topic, partition, committedOffset, lowWatermark, highWatermark, lag }
 
     /// Encodes a missing committed offset as an explicit `null`.

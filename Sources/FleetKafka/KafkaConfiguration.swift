@@ -34,6 +34,9 @@ public struct KafkaConfiguration: Sendable {
     public var autoCommitIntervalMilliseconds: Int
     /// `auto.offset.reset` for partitions without a committed offset: `earliest` (default) or `latest`.
     public var autoOffsetReset: String
+    /// What to do when a committed position is out of range (records deleted before they were read); see
+    /// `OffsetResetPolicy`. Under `earliest`/`latest` librdkafka's `auto.offset.reset` is that value for new groups too.
+    public var offsetResetPolicy: OffsetResetPolicy
     /// Messages fetched by the poll thread and not yet handed to the application; the poll thread stops polling
     /// when this many are buffered (backpressure into librdkafka's own bounded fetch queue).
     ///
@@ -56,6 +59,7 @@ public struct KafkaConfiguration: Sendable {
         maxPollIntervalMilliseconds: Int = 300_000,
         autoCommitIntervalMilliseconds: Int = 1_000,
         autoOffsetReset: String = "earliest",
+        offsetResetPolicy: OffsetResetPolicy = .fail,
         maxBufferedMessages: Int = 10_000
     ) {
         self.bootstrapServers = bootstrapServers
@@ -70,6 +74,7 @@ public struct KafkaConfiguration: Sendable {
         self.maxPollIntervalMilliseconds = maxPollIntervalMilliseconds
         self.autoCommitIntervalMilliseconds = autoCommitIntervalMilliseconds
         self.autoOffsetReset = autoOffsetReset
+        self.offsetResetPolicy = offsetResetPolicy
         self.maxBufferedMessages = maxBufferedMessages
     }
 
@@ -106,7 +111,7 @@ public struct KafkaConfiguration: Sendable {
             ("enable.auto.commit", "true"),
             ("enable.auto.offset.store", "false"),
             ("auto.commit.interval.ms", String(autoCommitIntervalMilliseconds)),
-            ("auto.offset.reset", autoOffsetReset),
+            ("auto.offset.reset", offsetResetPolicy == .fail ? autoOffsetReset : offsetResetPolicy.rawValue),
             ("session.timeout.ms", String(sessionTimeoutMilliseconds)),
             ("heartbeat.interval.ms", String(heartbeatIntervalMilliseconds)),
             ("max.poll.interval.ms", String(maxPollIntervalMilliseconds)),
@@ -132,9 +137,14 @@ public struct KafkaConfiguration: Sendable {
 let librdkafkaLogger = Logger(label: "librdkafka")
 
 private let logCallback: @convention(c) (OpaquePointer?, Int32, UnsafePointer<CChar>?, UnsafePointer<CChar>?) -> Void = {
-    _, level, facility, buf in
+    rk, level, facility, buf in
     let text = buf.map { String(cString: $0) } ?? ""
     let fac = facility.map { String(cString: $0) } ?? ""
+    // A position reset after an error (out of range): made loud by the consumer (OffsetReset.swift).
+    if fac == "OFFSET", level <= 4, let reset = OffsetReset.parseLibrdkafkaLog(text),
+       let core = ConsumerRegistry.shared.lookup(rk) {
+        core.noteOffsetReset(reset)
+    }
     let swiftLevel: Logger.Level
     switch level {
     case ...3: swiftLevel = .error

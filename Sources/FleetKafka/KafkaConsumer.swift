@@ -27,6 +27,8 @@ private struct ConsumerState {
     var nextWaiterId: UInt64 = 0
     var assignment: Set<TopicPartition> = []
     var trackers: [TopicPartition: OffsetTracker] = [:]
+    /// Partitions whose position went out of range under `OffsetResetPolicy.fail`: paused, messages filtered.
+    var blocked: Set<TopicPartition> = []
     var joined = false
     var stopRequested = false
     /// The poll thread has finished closing; the handle is destroyed or about to be.
@@ -76,6 +78,7 @@ private struct ConsumerState {
 
     mutating func drop(_ partitions: Set<TopicPartition>) {
         for tp in partitions { trackers.removeValue(forKey: tp) }
+        blocked.subtract(partitions)
         if buffered > 0 {
             let kept = chunks[chunkHead...].map { $0.filter { !partitions.contains($0.topicPartition) } }
             chunks = kept.filter { !$0.isEmpty }
@@ -98,12 +101,17 @@ final class ConsumerCore: Sendable {
     let assignmentStream: AsyncStream<AssignmentChange>
     private let assignmentContinuation: AsyncStream<AssignmentChange>.Continuation
     private let handler = ConditionLock<(@Sendable (AssignmentChange) -> Void)?>(nil)
+    let offsetResetPolicy: OffsetResetPolicy
+    /// Resets parsed from librdkafka's log callback (any thread), applied by the poll thread. A lock of its own: the
+    /// callback may run on librdkafka's main thread while this consumer's state lock waits on it (commit).
+    private let pendingResets = ConditionLock<[OffsetReset]>([])
 
     init(configuration: KafkaConfiguration, groupId: String, topics: [String]) throws(KafkaError) {
         guard !topics.isEmpty else { throw .invalidArgument("a consumer needs at least one topic") }
         guard !groupId.isEmpty else { throw .invalidArgument("a consumer needs a group id") }
         self.groupId = groupId
         self.maxBuffered = max(1, configuration.maxBufferedMessages)
+        self.offsetResetPolicy = configuration.offsetResetPolicy
         var logger = Logger(label: "fleet.kafka.consumer")
         logger[metadataKey: "group"] = "\(groupId)"
         self.logger = logger
@@ -164,6 +172,7 @@ final class ConsumerCore: Sendable {
                     rd_kafka_message_destroy(rkm)
                 }
             }
+            applyPendingResets()
             var ready: [(BatchWaiter, Result<[KafkaMessage], KafkaError>)] = []
             state.withLock { s in
                 if !batch.isEmpty {
@@ -174,11 +183,14 @@ final class ConsumerCore: Sendable {
                     for m in batch {
                         if lastTP?.partition != m.partition || lastTP?.topic != m.topic {
                             lastTP = m.topicPartition
-                            lastAssigned = s.assignment.contains(m.topicPartition)
+                            lastAssigned = s.assignment.contains(m.topicPartition) && !s.blocked.contains(m.topicPartition)
                             if !lastAssigned { allAssigned = false; break }
                         }
                     }
-                    s.append(allAssigned ? batch : batch.filter { s.assignment.contains($0.topicPartition) })
+                    // Blocked partitions (offset reset under policy fail) hand out nothing past the gap.
+                    s.append(allAssigned ? batch : batch.filter {
+                        s.assignment.contains($0.topicPartition) && !s.blocked.contains($0.topicPartition)
+                    })
                     batch = []
                     batch.reserveCapacity(1000)
                 }
@@ -444,7 +456,48 @@ final class ConsumerCore: Sendable {
     }
 
     var assignment: Set<TopicPartition> { state.withLock { $0.assignment } }
-    var isReady: Bool { state.withLock { $0.joined && !$0.stopRequested && $0.fatal == nil && !$0.handleGone } }
+    var isReady: Bool {
+        state.withLock { $0.joined && !$0.stopRequested && $0.fatal == nil && !$0.handleGone && $0.blocked.isEmpty }
+    }
+    var blockedPartitions: Set<TopicPartition> { state.withLock { $0.blocked } }
+
+    /// Called from librdkafka's log callback (any thread): only queues the reset for the poll thread.
+    func noteOffsetReset(_ reset: OffsetReset) {
+        pendingResets.withLock { $0.append(reset) }
+    }
+
+    /// Poll thread, after each poll and before fetched messages are buffered: a reset logged before those messages
+    /// were fetched is always seen here first, so under `fail` nothing past the gap is ever handed out.
+    private func applyPendingResets() {
+        let resets = pendingResets.withLock { p -> [OffsetReset] in defer { p = [] }; return p }
+        for var reset in resets {
+            if reset.toOffset == nil, let from = reset.fromOffset {
+                var low: Int64 = -1, high: Int64 = -1
+                if rd_kafka_get_watermark_offsets(handle, reset.topic, reset.partition, &low, &high) == RD_KAFKA_RESP_ERR_NO_ERROR {
+                    let to = reset.toLogical == "END" ? high : low
+                    if to >= 0, to > from { reset.skippedEstimate = to - from }
+                }
+            }
+            let tp = reset.topicPartition
+            if offsetResetPolicy == .fail {
+                reset.blocked = state.withLock { s in
+                    guard s.assignment.contains(tp) else { return false }
+                    s.blocked.insert(tp)
+                    return true
+                }
+                if reset.blocked {
+                    let list = rd_kafka_topic_partition_list_new(1)
+                    rd_kafka_topic_partition_list_add(list, tp.topic, tp.partition)
+                    let err = rd_kafka_pause_partitions(handle, list)
+                    rd_kafka_topic_partition_list_destroy(list)
+                    if err != RD_KAFKA_RESP_ERR_NO_ERROR {
+                        logger.error("pause after offset reset failed", metadata: ["partition": "\(tp)", "error": "\(String(cString: rd_kafka_err2name(err)))"])
+                    }
+                }
+            }
+            OffsetResets.report(reset, group: groupId)
+        }
+    }
     var outstanding: [TopicPartition: Int] { state.withLock { $0.trackers.mapValues(\.outstanding) } }
     var buffered: Int { state.withLock { $0.buffered } }
 
@@ -577,8 +630,12 @@ public final class KafkaConsumer: Sendable {
     /// Called on the poll thread during a rebalance, before librdkafka applies it. Keep it short.
     public func onAssignmentChange(_ handler: (@Sendable (AssignmentChange) -> Void)?) { core.setHandler(handler) }
 
-    /// Joined the group (received an assignment, possibly empty) and not closing or failed.
+    /// Joined the group (received an assignment, possibly empty), not closing or failed, and no partition blocked by
+    /// an offset reset under `OffsetResetPolicy.fail`.
     public var isReady: Bool { core.isReady }
+
+    /// Partitions paused because their position went out of range under `OffsetResetPolicy.fail`.
+    public var blockedPartitions: Set<TopicPartition> { core.blockedPartitions }
 
     /// Handed-out messages per partition not yet part of a stored prefix.
     public var outstanding: [TopicPartition: Int] { core.outstanding }

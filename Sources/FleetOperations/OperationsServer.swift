@@ -35,6 +35,7 @@ public enum FleetMetrics {
 /// Readiness as a thread-safe flag set by the service that knows (consumer assigned, database reachable, ...).
 public final class Readiness: Sendable {
     private let conditions = Mutex<[String: Bool]>([:])
+    private let detailSources = Mutex<[@Sendable () -> [String]]>([])
     private let gauge = Gauge(label: "fleet_ready")
 
     public init() { gauge.record(0) }
@@ -50,6 +51,16 @@ public final class Readiness: Sendable {
 
     public var isReady: Bool {
         conditions.withLock { c in !c.isEmpty && c.values.allSatisfy { $0 } }
+    }
+
+    /// Adds lines that `/readyz` prints whether ready or not (e.g. offset resets: a ready process may still have
+    /// skipped records, and an operator must see it).
+    public func addDetails(_ source: @escaping @Sendable () -> [String]) {
+        detailSources.withLock { $0.append(source) }
+    }
+
+    public var details: [String] {
+        detailSources.withLock { $0 }.flatMap { $0() }
     }
 
     /// Names of the conditions that are false, for `/readyz` bodies and logs.
@@ -90,11 +101,12 @@ public struct OperationsServer: Service {
             Response(status: .ok, body: .init(byteBuffer: ByteBuffer(string: "ok\n")))
         }
         router.get("/readyz") { _, _ -> Response in
+            let details = readiness.details.map { $0 + "\n" }.joined()
             if readiness.isReady {
-                return Response(status: .ok, body: .init(byteBuffer: ByteBuffer(string: "ready\n")))
+                return Response(status: .ok, body: .init(byteBuffer: ByteBuffer(string: "ready\n" + details)))
             }
             let failing = readiness.failing
-            let text = "not ready: " + (failing.isEmpty ? "starting" : failing.joined(separator: ", ")) + "\n"
+            let text = "not ready: " + (failing.isEmpty ? "starting" : failing.joined(separator: ", ")) + "\n" + details
             return Response(status: .serviceUnavailable, body: .init(byteBuffer: ByteBuffer(string: text)))
         }
         var quiet = logger

@@ -79,13 +79,23 @@ struct DevKafka: AsyncParsableCommand {
         abstract: "Run an embedded Kafka-protocol cluster (librdkafka mock) for development and tests.",
         discussion: """
             Prints `bootstrap.servers=HOST:PORT,...` as the first stdout line, then runs until SIGINT/SIGTERM.
-            Without --topic, the fleet's default topics are created. Data lives in memory only (each partition keeps
-            about the last 5 MB); no SASL/SSL; no CreateTopics API (topics come from --topic).
+            Without --topic, the fleet's default topics are created. Data lives in memory only; no SASL/SSL; no
+            CreateTopics API (topics come from --topic).
+
+            Retention: librdkafka's mock keeps at most 5 MiB (and 100,000 message sets) per partition and deletes the
+            oldest records beyond that, read or not; no setting raises it. Give topics enough partitions for the data
+            they must hold (--partitions, or --expected-bytes to size them): a consumer group that falls behind
+            deleted records finds its offsets gone (logged and counted as offset_reset by fleet's consumers). The
+            cluster warns when a partition passes 80 % of the limit and logs an error when records are deleted.
             """
     )
 
     @Option(help: "Number of brokers.") var brokers: Int = 3
-    @Option(help: "Partitions per topic.") var partitions: Int = 6
+    @Option(help: "Partitions per topic (each retains at most 5 MiB: see --expected-bytes).") var partitions: Int = 6
+    @Option(name: .customLong("expected-bytes"), help: "Bytes one topic must retain; raises --partitions to hold them at half the mock's per-partition limit.")
+    var expectedBytes: Int?
+    @Flag(name: .customLong("no-retention-watch"), help: "Do not watch partitions for the mock's retention limit.")
+    var noRetentionWatch = false
     @Option(name: .customLong("replication-factor"), help: "Replication factor per topic (default: min(3, brokers)).")
     var replicationFactor: Int?
     @Option(name: .customLong("topic"), help: "Topic to create (repeatable).") var topics: [String] = []
@@ -104,13 +114,19 @@ struct DevKafka: AsyncParsableCommand {
         let signals = TerminationSignal()
         let cluster = try EmbeddedKafkaCluster(brokers: brokers)
         let rf = replicationFactor ?? min(3, brokers)
-        for topic in topics.isEmpty ? Self.defaultTopics : topics {
-            try cluster.createTopic(topic, partitions: partitions, replicationFactor: rf)
+        let names = topics.isEmpty ? Self.defaultTopics : topics
+        let count = expectedBytes.map { EmbeddedKafkaRetentionWatch.partitions(forBytes: $0, minimum: partitions) } ?? partitions
+        for topic in names {
+            try cluster.createTopic(topic, partitions: count, replicationFactor: rf)
         }
         writeStdout("bootstrap.servers=\(cluster.bootstrapServers)")
-        writeStderr("embedded Kafka cluster: \(brokers) broker(s), topics \((topics.isEmpty ? Self.defaultTopics : topics).joined(separator: ",")) with \(partitions) partition(s); Ctrl-C to stop")
+        let capacity = count * EmbeddedKafkaRetentionWatch.partitionBytes / (1024 * 1024)
+        writeStderr("embedded Kafka cluster: \(brokers) broker(s), topics \(names.joined(separator: ",")) with \(count) partition(s); each topic retains at most ~\(capacity) MiB (5 MiB per partition, oldest records deleted beyond that, read or not); Ctrl-C to stop")
+        let watch = noRetentionWatch ? nil : try EmbeddedKafkaRetentionWatch(
+            bootstrapServers: cluster.bootstrapServers, topics: Dictionary(uniqueKeysWithValues: names.map { ($0, count) }))
         let sig = await signals.wait()
         writeStderr("signal \(sig): shutting down the embedded cluster")
+        watch?.stop()
         cluster.shutdown()
     }
 }
@@ -188,6 +204,8 @@ struct Publish: AsyncParsableCommand {
     var keyField: PublishKeyField = .notificationUUID
     @Option(name: .customLong("flush-timeout-seconds"), help: "How long to wait for delivery reports.")
     var flushTimeoutSeconds: Int = 60
+    @Flag(name: [.short, .long], help: "Also print where the messages went: messages and bytes per partition.")
+    var verbose = false
     @Argument(help: "Input files (default or '-': standard input).") var inputs: [String] = []
 
     func run() async throws {
@@ -212,10 +230,14 @@ struct Publish: AsyncParsableCommand {
                 let key = PublishInput.key(ofJWS: jws, field: keyField)
                 if key == nil && keyField != .none { unkeyed += 1 }
                 let message = OutgoingMessage(topic: topic, key: key.map { Array($0.utf8) }, value: Array(jws.utf8))
+                let size = message.value.count + (message.key?.count ?? 0)
                 try producer.enqueue(message) { result in
                     tally.state.withLock { t in
                         switch result {
-                        case .success: t.delivered += 1
+                        case .success(let report):
+                            t.delivered += 1
+                            t.placement[report.partition, default: (0, 0)].messages += 1
+                            t.placement[report.partition, default: (0, 0)].bytes += size
                         case .failure(let e):
                             t.failed += 1
                             if t.firstError == nil { t.firstError = "\(e)" }
@@ -230,13 +252,19 @@ struct Publish: AsyncParsableCommand {
         let t = tally.state.withLock { $0 }
         let missing = sent - t.delivered - t.failed
         writeStdout("delivered \(t.delivered) of \(sent) message(s) to \(topic) (\(unkeyed) unkeyed, \(t.failed + missing) failed)")
+        if verbose {
+            for (partition, p) in t.placement.sorted(by: { $0.key < $1.key }) {
+                writeStdout("  partition \(partition): \(p.messages) message(s), \(p.bytes) bytes")
+            }
+        }
         if let e = t.firstError { writeStderr("first delivery error: \(e)") }
         if !flushed || t.failed > 0 || missing > 0 || t.delivered != sent { throw ExitCode(1) }
     }
 }
 
 final class PublishTally: Sendable {
-    let state = Mutex((delivered: 0, failed: 0, firstError: String?.none))
+    let state = Mutex((delivered: 0, failed: 0, firstError: String?.none,
+                       placement: [Int32: (messages: Int, bytes: Int)]()))
 }
 
 // MARK: - fleet lag
@@ -254,6 +282,8 @@ struct Lag: AsyncParsableCommand {
         var group: String
         var partitions: [PartitionLag]
         var total: Int64
+        /// Partitions whose committed offset is below the low watermark: records the group never read were deleted.
+        var outOfRange: [String]
     }
 
     func run() async throws {
@@ -263,12 +293,14 @@ struct Lag: AsyncParsableCommand {
         if json {
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.sortedKeys]
-            let data = try encoder.encode(Report(group: group, partitions: lags, total: lags.totalLag))
+            let data = try encoder.encode(Report(group: group, partitions: lags, total: lags.totalLag,
+                                                 outOfRange: lags.filter(\.committedOutOfRange).map { "\($0.topic)[\($0.partition)]" }))
             writeStdout(String(decoding: data, as: UTF8.self))
         } else {
             writeStdout("TOPIC\tPARTITION\tCOMMITTED\tHIGH\tLAG")
             for l in lags {
-                writeStdout("\(l.topic)\t\(l.partition)\t\(l.committedOffset.map(String.init) ?? "-")\t\(l.highWatermark)\t\(l.lag)")
+                let note = l.committedOutOfRange ? "\tOUT OF RANGE: offsets \(l.committedOffset ?? 0)..<\(l.lowWatermark) deleted unread" : ""
+                writeStdout("\(l.topic)\t\(l.partition)\t\(l.committedOffset.map(String.init) ?? "-")\t\(l.highWatermark)\t\(l.lag)\(note)")
             }
             writeStdout("total\t\(lags.totalLag)")
         }

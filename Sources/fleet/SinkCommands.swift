@@ -110,7 +110,13 @@ struct Sink: AsyncParsableCommand {
         FleetMetrics.bootstrap()
         let readiness = Readiness()
         readiness.set("database-and-assignment", false)
-        let kafka = KafkaConfiguration(bootstrapServers: servers, clientId: "fleet-sink", properties: properties)
+        let kafka: KafkaConfiguration
+        let ops: OperationsServer
+        do {
+            kafka = KafkaConfiguration(bootstrapServers: servers, clientId: "fleet-sink", properties: properties,
+                                       offsetResetPolicy: try offsetResetPolicy(s, service))
+            ops = try operationsServer(s, service, port: port, readiness: readiness, logger: logger)
+        } catch { throw ValidationError("\(error)") }
         let producer = try KafkaProducer(configuration: kafka)
         let writers = try KafkaSinkWriters(
             count: writerCount, kafka: kafka, groupId: groupId, topic: topic,
@@ -132,7 +138,7 @@ struct Sink: AsyncParsableCommand {
             services: writers.services.map {
                 .init(service: $0, successTerminationBehavior: .gracefullyShutdownGroup,
                       failureTerminationBehavior: .gracefullyShutdownGroup)
-            } + [.init(service: OperationsServer(port: port, readiness: readiness, logger: logger))],
+            } + [.init(service: ops)],
             gracefulShutdownSignals: [.sigterm, .sigint],
             logger: logger)
         groupConfiguration.maximumGracefulShutdownDuration = .seconds(deadline)

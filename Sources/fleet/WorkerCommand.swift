@@ -25,6 +25,16 @@ struct ServiceOptions: ParsableArguments {
     @Option(help: "Port for /metrics, /healthz and /readyz.")
     var metricsPort: Int?
 
+    @Option(help: "Address the operations port binds to (default 127.0.0.1; the Helm chart sets 0.0.0.0).")
+    var metricsHost: String?
+
+    @Option(help: """
+        When a committed position is no longer on the broker (retention deleted unread records): fail (default: \
+        pause that partition, report not ready, until an operator restarts with earliest or latest), earliest or \
+        latest (continue there, skipping what was lost). Every reset is logged as an error and counted.
+        """)
+    var offsetResetPolicy: String?
+
     @Option(help: "Seconds allowed for a graceful shutdown after SIGTERM.")
     var shutdownDeadlineSeconds: Int?
 
@@ -98,7 +108,7 @@ struct Worker: AsyncParsableCommand {
         FleetMetrics.bootstrap()
         let readiness = Readiness()
         let worker = try VerifierWorker(configuration: resolved, readiness: readiness, logger: logger)
-        let ops = OperationsServer(port: metricsPort, readiness: readiness, logger: logger)
+        let ops = try operationsServer(settings, service, port: metricsPort, readiness: readiness, logger: logger)
         let group = ServiceGroup(configuration: .init(
             services: [
                 .init(service: worker, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup),
@@ -153,7 +163,7 @@ struct Worker: AsyncParsableCommand {
         for (key, value) in Self.fetchDefaults where properties[key] == nil { properties[key] = value }
         let kafka = KafkaConfiguration(
             bootstrapServers: bootstrap, clientId: "fleet-worker", properties: properties, maxInFlightMessages: 10_000,
-            maxBufferedMessages: 2_000)
+            offsetResetPolicy: try offsetResetPolicy(s, service), maxBufferedMessages: 2_000)
         return WorkerConfiguration(
             kafka: kafka, group: s.string("group", flag: service.group, default: "fleet-verifiers")!,
             inputTopics: topics,
@@ -168,4 +178,21 @@ struct Worker: AsyncParsableCommand {
     static let fetchDefaults = [
         "queued.max.messages.kbytes": "16384", "max.partition.fetch.bytes": "262144", "fetch.max.bytes": "8388608",
     ]
+}
+
+/// `--offset-reset-policy` / `offset-reset-policy` / `FLEET_OFFSET_RESET_POLICY` (default fail).
+func offsetResetPolicy(_ s: FleetSettings, _ service: ServiceOptions) throws -> OffsetResetPolicy {
+    let text = s.string("offset-reset-policy", flag: service.offsetResetPolicy, default: "fail")!
+    guard let policy = OffsetResetPolicy(rawValue: text) else {
+        throw FleetSettings.Error.invalidValue(key: "offset-reset-policy", value: text, expected: "fail, earliest or latest")
+    }
+    return policy
+}
+
+/// The operations server (`/metrics`, `/healthz`, `/readyz`) of a long-running process, on `metrics-host` (default
+/// loopback) and `port`; `/readyz` lists every offset reset this process's consumers saw.
+func operationsServer(_ s: FleetSettings, _ service: ServiceOptions, port: Int, readiness: Readiness, logger: Logger) throws -> OperationsServer {
+    readiness.addDetails { OffsetResets.report }
+    return OperationsServer(host: s.string("metrics-host", flag: service.metricsHost, default: "127.0.0.1")!,
+                            port: port, readiness: readiness, logger: logger)
 }
