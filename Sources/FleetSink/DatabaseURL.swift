@@ -2,8 +2,13 @@ import Foundation
 import NIOSSL
 import PostgresNIO
 
-/// A parsed `postgres://user[:password]@host[:port]/database[?sslmode=disable|prefer|require]` URL.
-/// `postgresql://` is accepted too. A `host=/path` query item selects a unix socket directory instead of TCP.
+/// A parsed `postgres://user[:password]@host[:port]/database[?sslmode=...&sslrootcert=PATH&sslcert=PATH&sslkey=PATH]`
+/// URL. `postgresql://` is accepted too. A `host=/path` query item selects a unix socket directory instead of TCP.
+///
+/// `sslmode` as libpq defines it: `disable` (plain TCP), `prefer` and `require` (TLS, the server's certificate NOT
+/// verified: protects against passive eavesdropping only), `verify-ca` (the chain must lead to `sslrootcert`, or to the
+/// system's roots without it), `verify-full` (as verify-ca, and the certificate must name the host connected to). Use
+/// verify-full in production. `sslcert`/`sslkey` add a client certificate. The password is never printed.
 public struct DatabaseURL: Sendable, Equatable, CustomStringConvertible {
     public enum Failure: Error, CustomStringConvertible {
         case invalid(String)
@@ -14,7 +19,11 @@ public struct DatabaseURL: Sendable, Equatable, CustomStringConvertible {
         }
     }
 
-    public enum SSLMode: String, Sendable { case disable, prefer, require }
+    public enum SSLMode: String, Sendable {
+        case disable, prefer, require
+        case verifyCA = "verify-ca"
+        case verifyFull = "verify-full"
+    }
 
     public var host: String
     public var port: Int
@@ -23,6 +32,11 @@ public struct DatabaseURL: Sendable, Equatable, CustomStringConvertible {
     public var database: String
     public var sslMode: SSLMode
     public var socketDirectory: String?
+    /// PEM file of the certificate authorities trusted for the server's certificate (`sslrootcert`).
+    public var sslRootCertificate: String?
+    /// PEM client certificate chain and key (`sslcert`, `sslkey`).
+    public var sslCertificate: String?
+    public var sslKey: String?
 
     public init(_ string: String) throws {
         guard let components = URLComponents(string: string) else {
@@ -45,14 +59,27 @@ public struct DatabaseURL: Sendable, Equatable, CustomStringConvertible {
         switch mode {
         case "disable", "allow": sslMode = .disable
         case "prefer": sslMode = .prefer
-        case "require", "verify-ca", "verify-full": sslMode = .require
-        default: throw Failure.invalid("unknown sslmode \(mode.debugDescription)")
+        case "require": sslMode = .require
+        case "verify-ca": sslMode = .verifyCA
+        case "verify-full": sslMode = .verifyFull
+        default: throw Failure.invalid("unknown sslmode \(mode.debugDescription) (disable, prefer, require, verify-ca, verify-full)")
         }
+        func readableFile(_ name: String) throws -> String? {
+            guard let value = items.first(where: { $0.name == name })?.value, !value.isEmpty else { return nil }
+            guard FileManager.default.isReadableFile(atPath: value) else {
+                throw Failure.invalid("\(name) \(value.debugDescription) is not a readable file")
+            }
+            return value
+        }
+        sslRootCertificate = try readableFile("sslrootcert")
+        sslCertificate = try readableFile("sslcert")
+        sslKey = try readableFile("sslkey")
+        if (sslCertificate == nil) != (sslKey == nil) { throw Failure.invalid("sslcert and sslkey go together") }
     }
 
     /// The URL without its password (for logs).
     public var description: String {
-        "postgres://\(username)@\(host):\(port)/\(database)"
+        "postgres://\(username)@\(host):\(port)/\(database)" + (sslMode == .disable ? "" : "?sslmode=\(sslMode.rawValue)")
     }
 
     static func redacted(_ string: String) -> String {
@@ -70,10 +97,26 @@ public struct DatabaseURL: Sendable, Equatable, CustomStringConvertible {
         let tls: PostgresConnection.Configuration.TLS
         switch sslMode {
         case .disable: tls = .disable
-        case .prefer: tls = .prefer(try NIOSSLContext(configuration: .makeClientConfiguration()))
-        case .require: tls = .require(try NIOSSLContext(configuration: .makeClientConfiguration()))
+        case .prefer: tls = .prefer(try NIOSSLContext(configuration: tlsConfiguration()))
+        case .require, .verifyCA, .verifyFull: tls = .require(try NIOSSLContext(configuration: tlsConfiguration()))
         }
         return PostgresConnection.Configuration(
             host: host, port: port, username: username, password: password, database: database, tls: tls)
+    }
+
+    /// The client TLS configuration of `sslmode`, `sslrootcert`, `sslcert` and `sslkey`.
+    func tlsConfiguration() throws -> TLSConfiguration {
+        var tls = TLSConfiguration.makeClientConfiguration()
+        switch sslMode {
+        case .disable, .prefer, .require: tls.certificateVerification = .none
+        case .verifyCA: tls.certificateVerification = .noHostnameVerification
+        case .verifyFull: tls.certificateVerification = .fullVerification
+        }
+        if let root = sslRootCertificate { tls.trustRoots = .file(root) }
+        if let cert = sslCertificate, let key = sslKey {
+            tls.certificateChain = try NIOSSLCertificate.fromPEMFile(cert).map { .certificate($0) }
+            tls.privateKey = .file(key)
+        }
+        return tls
     }
 }

@@ -104,6 +104,29 @@ public final class ThrowawayPostgres: Sendable {
         try run("pg_ctl", ["-D", dataDirectory, "-l", logFile, "-w", "-t", "60", "-o", options, "start"])
     }
 
+    /// Turns TLS on with this server certificate and key (PEM) and restarts the server. Plain connections are still
+    /// accepted (the tests compare both).
+    public func enableTLS(certificatePEM: String, keyPEM: String) throws {
+        let cert = directory + "/server.crt", key = directory + "/server.key"
+        guard FileManager.default.createFile(atPath: cert, contents: Data(certificatePEM.utf8), attributes: [.posixPermissions: 0o644]),
+              FileManager.default.createFile(atPath: key, contents: Data(keyPEM.utf8), attributes: [.posixPermissions: 0o600])
+        else { throw Failure.io("cannot write the TLS files into \(directory)") }
+        if runAsPostgresUser, let pw = getpwnam("postgres") {
+            for file in [cert, key] where chown(file, pw.pointee.pw_uid, pw.pointee.pw_gid) != 0 {
+                throw Failure.io("cannot hand \(file) to the postgres user: errno \(errno)")
+            }
+        }
+        let conf = "\nssl = on\nssl_cert_file = '\(cert)'\nssl_key_file = '\(key)'\n"
+        guard let handle = FileHandle(forWritingAtPath: dataDirectory + "/postgresql.conf") else {
+            throw Failure.io("cannot open postgresql.conf")
+        }
+        handle.seekToEndOfFile()
+        handle.write(Data(conf.utf8))
+        handle.closeFile()
+        try stop()
+        try start()
+    }
+
     /// Stops the server (fast shutdown: open connections are terminated).
     public func stop() throws {
         try run("pg_ctl", ["-D", dataDirectory, "-w", "-t", "60", "-m", "fast", "stop"])
