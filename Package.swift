@@ -157,7 +157,7 @@ let package = Package(
             ]),
         .testTarget(name: "FleetOperationsTests", dependencies: ["FleetOperations", .product(name: "Logging", package: "swift-log")]),
         .testTarget(name: "FleetCLITests", dependencies: [
-            "fleet", "FleetTestPKI", "AppStoreVerification", "FleetKafka", "EntitlementDomain",
+            "fleet", "FleetTestPKI", "FleetOperations", "AppStoreVerification", "FleetKafka", "EntitlementDomain",
             .product(name: "Crypto", package: "swift-crypto"),
         ]),
     ],

@@ -78,12 +78,18 @@ public struct KafkaConfiguration: Sendable {
         self.maxBufferedMessages = maxBufferedMessages
     }
 
+    /// librdkafka properties whose values are secrets (passwords, keys, tokens): never printed.
+    public static func isSecret(_ key: String) -> Bool {
+        let k = key.lowercased()
+        return ["password", "secret", "jaas", "token", ".key.pem", "ssl.key", "oauthbearer.config"].contains { k.contains($0) }
+    }
+
     /// Parses `key=value` strings (as given to `--kafka-property`).
     public static func parseProperties(_ pairs: [String]) throws(KafkaError) -> [String: String] {
         var out: [String: String] = [:]
         for pair in pairs {
             guard let eq = pair.firstIndex(of: "="), eq != pair.startIndex else {
-                throw .invalidArgument("librdkafka property '\(pair)' is not of the form key=value")
+                throw .invalidArgument("librdkafka property '\(isSecret(pair) ? "<redacted>" : pair)' is not of the form key=value")
             }
             out[String(pair[..<eq])] = String(pair[pair.index(after: eq)...])
         }
@@ -164,7 +170,8 @@ func makeConf(_ properties: [(String, String)]) throws(KafkaError) -> OpaquePoin
         if res != RD_KAFKA_CONF_OK {
             rd_kafka_conf_destroy(conf)
             let detail = String(decoding: errstr.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-            throw .invalidArgument("librdkafka property \(key)=\(value): \(detail)")
+            let shown = KafkaConfiguration.isSecret(key) ? "<redacted>" : value
+            throw .invalidArgument("librdkafka property \(key)=\(shown): \(detail)")
         }
     }
     rd_kafka_conf_set_log_cb(conf, logCallback)

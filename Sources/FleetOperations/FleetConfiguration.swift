@@ -159,7 +159,9 @@ public struct FleetSettings: Sendable {
         }
         for item in values {
             guard let eq = item.firstIndex(of: "="), eq != item.startIndex else {
-                throw Error.invalidValue(key: "kafka-property", value: item, expected: "key=value")
+                // The malformed item may be a secret that lost its '=': show only where it starts.
+                throw Error.invalidValue(key: "kafka-property", value: String(item.prefix(4)) + "... (\(item.count) characters, not shown)",
+                                         expected: "key=value")
             }
             props[String(item[..<eq])] = String(item[item.index(after: eq)...])
         }

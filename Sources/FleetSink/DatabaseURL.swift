@@ -82,6 +82,14 @@ public struct DatabaseURL: Sendable, Equatable, CustomStringConvertible {
         "postgres://\(username)@\(host):\(port)/\(database)" + (sslMode == .disable ? "" : "?sslmode=\(sslMode.rawValue)")
     }
 
+    /// A database error in full detail (PostgresNIO's own description is deliberately generic), with this URL's
+    /// password masked wherever it might appear.
+    public func describe(_ error: any Error) -> String {
+        var text = String(reflecting: error)
+        if let password, !password.isEmpty { text = text.replacingOccurrences(of: password, with: "***") }
+        return "\(self): \(text)"
+    }
+
     static func redacted(_ string: String) -> String {
         guard var c = URLComponents(string: string) else { return "<unparseable URL>" }
         if c.password != nil { c.password = "***" }

@@ -45,8 +45,12 @@ struct Migrate: AsyncParsableCommand {
         }
         let url = try DatabaseURL(raw)
         let logger = sinkLogger("fleet.migrate")
-        let connection = try await PostgresConnection.connect(
-            configuration: try url.connectionConfiguration(), id: 1, logger: logger)
+        let connection: PostgresConnection
+        do {
+            connection = try await PostgresConnection.connect(configuration: try url.connectionConfiguration(), id: 1, logger: logger)
+        } catch {
+            throw ValidationFailure(description: "cannot connect to \(url.describe(error))")
+        }
         do {
             let applied = try await SinkSchema.migrate(connection: connection, logger: logger)
             let version = try await SinkSchema.currentVersion(connection: connection, logger: logger) ?? 0
