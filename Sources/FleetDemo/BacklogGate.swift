@@ -10,7 +10,7 @@ import Foundation
 /// while the group's unconsumed backlog on every partition stays under a per-partition budget.
 public struct BacklogGate: Sendable {
     /// Bytes the mock keeps per partition before it starts deleting (librdkafka's `mpart->max_size`).
-    public static let mockPartitionBytes = 5 * 1024 * 1024
+    public static let mockPartitionBytes = EmbeddedKafkaRetentionWatch.partitionBytes
 
     /// A per-partition message budget that keeps `messageBytes`-sized messages well inside the mock's retention
     /// (half of it, leaving room for key skew and the consumer's commit interval).

@@ -105,14 +105,15 @@ public final class EmbeddedKafkaRetentionWatch: Sendable {
             let (previousLow, bytes, warn) = state.withLock { s -> (Int64, Int64, Bool) in
                 var p = s.partitions[tp, default: PartitionState()]
                 let previous = p.lowWatermark
+                // Judged before the deleted share is taken off: a partition that had to delete was at the limit.
+                let near = Double(p.retainedBytes) >= warnFraction * Double(Self.partitionBytes)
                 if low > previous, high > previous {
                     // Deleted records' bytes are not known: scale by the share of records still retained.
                     p.retainedBytes = p.retainedBytes * (high - low) / (high - previous)
                 }
                 p.lowWatermark = low
                 p.highWatermark = high
-                let near = Double(p.retainedBytes) >= warnFraction * Double(Self.partitionBytes)
-                let warn = near && !p.warned
+                let warn = (near || low > previous) && !p.warned
                 if warn { p.warned = true }
                 s.partitions[tp] = p
                 return (previous, p.retainedBytes, warn)

@@ -40,6 +40,7 @@ struct Tail: AsyncParsableCommand {
         // A private, throwaway group: tail never commits progress that a real consumer could rely on.
         var config = KafkaConfiguration(bootstrapServers: bootstrapServers, clientId: "fleet-tail", properties: props)
         config.autoOffsetReset = fromBeginning ? "earliest" : "latest"
+        config.offsetResetPolicy = fromBeginning ? .earliest : .latest  // a viewer never blocks; resets are still logged
         let consumer = try KafkaConsumer(configuration: config, groupId: "fleet-tail-\(UUID().uuidString.prefix(8))", topics: [topic])
         let colour = !json && isatty(STDOUT_FILENO) == 1 && ProcessInfo.processInfo.environment["NO_COLOR"] == nil
             && ProcessInfo.processInfo.environment["TERM"] != "dumb"

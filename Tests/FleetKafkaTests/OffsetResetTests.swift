@@ -109,3 +109,31 @@ import Testing
         #expect(try OffsetResetPolicy.parse("LATEST") == .latest)
     }
 }
+
+/// The embedded cluster's retention watch sees a partition fill up and records being deleted.
+@Suite struct EmbeddedRetentionWatchTests {
+    @Test func aFullPartitionIsReportedBeforeAndWhenRecordsAreDeleted() async throws {
+        let topic = TestKafka.unique("retained")
+        let cluster = try await TestKafka.cluster(brokers: 1, topic: topic, partitions: 2)
+        defer { cluster.shutdown() }
+        let watch = try EmbeddedKafkaRetentionWatch(bootstrapServers: cluster.bootstrapServers, topics: [topic: 2])
+        defer { watch.stop() }
+        let producer = try KafkaProducer(configuration: TestKafka.config(cluster.bootstrapServers))
+        let value = [UInt8](repeating: 0x62, count: 90 * 1024)
+        for i in 0..<80 {  // 7.2 MB into partition 0, nothing into partition 1
+            _ = try await producer.send(OutgoingMessage(topic: topic, key: Array("k\(i)".utf8), value: value, partition: 0))
+        }
+        producer.close()
+        let p0 = TopicPartition(topic: topic, partition: 0)
+        let deadline = ContinuousClock.now + .seconds(20)
+        while ContinuousClock.now < deadline, (watch.partitions[p0]?.lowWatermark ?? 0) == 0 {
+            try await Task.sleep(for: .milliseconds(200))
+        }
+        let state = try #require(watch.partitions[p0])
+        #expect(state.warned, "passed 80 % of the mock's 5 MiB")
+        #expect(state.lowWatermark > 0, "the deletion was seen")
+        #expect(state.retainedBytes <= Int64(EmbeddedKafkaRetentionWatch.partitionBytes + 2 * value.count))
+        #expect(watch.partitions[TopicPartition(topic: topic, partition: 1)]?.warned != true)
+        #expect(EmbeddedKafkaRetentionWatch.partitions(forBytes: 30 * 1024 * 1024, minimum: 6) == 12)
+    }
+}
