@@ -69,7 +69,9 @@ public struct OffsetReset: Sendable, Hashable, CustomStringConvertible {
         let topic = String(head[..<open.lowerBound])
         let rest = line[marker.upperBound...]
         guard let comma = rest.firstIndex(of: ",") else { return nil }
-        let fromOffset = Int64(rest[..<comma])
+        // Only a real position skips records; "at offset BEGINNING/END" is a failed start-offset query (a new group),
+        // which librdkafka also reports as an error message of its own.
+        guard let fromOffset = Int64(rest[..<comma]) else { return nil }
         guard let toMarker = rest.range(of: ") to ") else { return nil }
         var target = rest[toMarker.upperBound...]
         let detail = target.range(of: ": ").map { String(target[$0.upperBound...]) } ?? ""
@@ -84,7 +86,7 @@ public struct OffsetReset: Sendable, Hashable, CustomStringConvertible {
             toLogical = String(first)
         }
         var skipped: Int64?
-        if let f = fromOffset, let t = toOffset, t > f { skipped = t - f }
+        if let t = toOffset, t > fromOffset { skipped = t - fromOffset }
         return OffsetReset(topic: topic, partition: partition, fromOffset: fromOffset, toOffset: toOffset,
                            toLogical: toLogical, skippedEstimate: skipped, blocked: false, detail: detail)
     }

@@ -105,6 +105,9 @@ import Testing
         #expect(logical.topic == "t.with [dots]" && logical.fromOffset == 7 && logical.toOffset == nil && logical.toLogical == "END")
         #expect(OffsetReset.parseLibrdkafkaLog("appstore.raw [3]: Fetch backoff for 500ms") == nil)
         #expect(OffsetReset.parseLibrdkafkaLog("") == nil)
+        #expect(OffsetReset.parseLibrdkafkaLog(
+            "[thrd:main]: t [1]: offset reset (at offset BEGINNING, broker 1) to BEGINNING: failed to query logical offset: Broker: Not leader") == nil,
+            "a failed start-offset query of a new group skips nothing")
         #expect(throws: KafkaError.self) { try OffsetResetPolicy.parse("sometimes") }
         #expect(try OffsetResetPolicy.parse("LATEST") == .latest)
     }
