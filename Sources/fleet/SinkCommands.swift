@@ -113,7 +113,6 @@ struct Sink: AsyncParsableCommand {
         let url = try DatabaseURL(rawURL)
         FleetMetrics.bootstrap()
         let readiness = Readiness()
-        readiness.set("database-and-assignment", false)
         let kafka: KafkaConfiguration
         let ops: OperationsServer
         do {
@@ -121,40 +120,19 @@ struct Sink: AsyncParsableCommand {
                                        offsetResetPolicy: try offsetResetPolicy(s, service))
             ops = try operationsServer(s, service, port: port, readiness: readiness, logger: logger)
         } catch { throw ValidationError("\(error)") }
-        let producer = try KafkaProducer(configuration: kafka)
-        let writers = try KafkaSinkWriters(
-            count: writerCount, kafka: kafka, groupId: groupId, topic: topic,
-            configuration: SinkConfiguration(databaseURL: url, maxBatchSize: batch),
-            rejected: KafkaRejectedSink(producer: producer, topic: rejected), logger: logger)
-        logger.info("sink starting", metadata: [
-            "group": "\(groupId)", "topic": "\(topic)", "rejected-topic": "\(rejected)", "database": "\(url)",
-            "writers": "\(writerCount)",
-        ])
-        let mirror = Task { await ReadinessMirror.run(readiness, condition: "database-and-assignment") { writers.isReady } }
-        let admin = KafkaAdmin(configuration: kafka)
-        let lag = Task {
-            await ConsumerLagGauge.run(group: groupId, every: .seconds(5)) {
-                try await admin.consumerLag(groupId: groupId, topics: [topic])
-                    .map { ConsumerLagGauge.Sample(topic: $0.topic, partition: $0.partition, lag: $0.lag) }
-            }
-        }
+        let sink = try KafkaSinkProcess(
+            configuration: .init(kafka: kafka, group: groupId, topic: topic, rejectedTopic: rejected, writers: writerCount,
+                                 sink: SinkConfiguration(databaseURL: url, maxBatchSize: batch), shutdownDeadline: .seconds(deadline)),
+            readiness: readiness, logger: logger)
         var groupConfiguration = ServiceGroupConfiguration(
-            services: writers.services.map {
-                .init(service: $0, successTerminationBehavior: .gracefullyShutdownGroup,
-                      failureTerminationBehavior: .gracefullyShutdownGroup)
-            } + [.init(service: ops)],
+            services: [
+                .init(service: sink, successTerminationBehavior: .gracefullyShutdownGroup,
+                      failureTerminationBehavior: .gracefullyShutdownGroup),
+                .init(service: ops),
+            ],
             gracefulShutdownSignals: [.sigterm, .sigint],
             logger: logger)
         groupConfiguration.maximumGracefulShutdownDuration = .seconds(deadline)
-        let group = ServiceGroup(configuration: groupConfiguration)
-        try await group.run()
-        mirror.cancel()
-        lag.cancel()
-        // In-flight batch finished (or abandoned uncommitted while the database was down): commit stored offsets,
-        // leave the group.
-        let closed = await writers.close(deadline: .seconds(max(1, deadline / 2)))
-        _ = await producer.flush(deadline: .seconds(5))
-        producer.close(timeout: .seconds(2))
-        logger.info("sink stopped", metadata: ["consumer-closed-cleanly": "\(closed)"])
+        try await ServiceGroup(configuration: groupConfiguration).run()
     }
 }
