@@ -72,6 +72,13 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
+        // Entitlement rules: the sink's state machine (applied/stale/duplicate, windows, supersede, restore, ledger),
+        // plain Swift over the current rows. No Kafka, no PostgreSQL.
+        .target(
+            name: "EntitlementRules",
+            dependencies: ["EntitlementDomain", "AppStoreVerification"],
+            swiftSettings: strict
+        ),
         // Shared service plumbing: configuration, metrics/health HTTP, logging, signals.
         .target(
             name: "FleetOperations",
@@ -99,7 +106,7 @@ let package = Package(
         .target(
             name: "FleetSink",
             dependencies: [
-                "EntitlementDomain", "FleetKafka", "FleetOperations",
+                "EntitlementDomain", "EntitlementRules", "AppStoreVerification", "FleetKafka", "FleetOperations",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
@@ -150,7 +157,7 @@ let package = Package(
         .testTarget(
             name: "FleetSinkTests",
             dependencies: [
-                "FleetSink", "FleetKafka", "EntitlementDomain", "AppStoreVerification",
+                "FleetSink", "FleetKafka", "EntitlementDomain", "EntitlementRules", "AppStoreVerification",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

@@ -1,5 +1,6 @@
 import AppStoreVerification
 import EntitlementDomain
+import EntitlementRules
 import Foundation
 import Logging
 import PostgresNIO
@@ -18,10 +19,6 @@ public struct ApplyOutcome: Sendable, Equatable {
 
     /// The status written for each new event, by eventId (redelivered events are absent).
     public var statuses: [String: EventStatus] = [:]
-}
-
-public enum EventStatus: String, Sendable {
-    case applied, stale, duplicate
 }
 
 /// Writes batches of verified entitlement events to PostgreSQL: one database transaction per batch, multi-row
@@ -82,84 +79,6 @@ struct EventTexts: Sendable {
     var renewalInfo: String?
     var appTransaction: String?
     var details: String?
-}
-
-// MARK: - Entitlement and ledger state (Swift side of the state machine)
-
-struct EntitlementKey: Hashable {
-    var environment: String
-    var subject: String
-    var entitlement: String
-}
-
-struct SubscriptionKey: Hashable {
-    var environment: String
-    var originalTransactionId: String
-}
-
-struct EntitlementRow {
-    var active: Bool
-    var productId: String?
-    var originalTransactionId: String?
-    var transactionId: String?
-    var validFrom: Int64?
-    var validUntil: Int64?
-    var revokedAt: Int64?
-    var revocationReason: String?
-    var lastSignedDate: Int64
-    var lastEventId: String
-    var lastKind: String
-    var lastEffect: String
-    var updatedAt: Int64
-}
-
-struct LedgerKey: Hashable {
-    var environment: String
-    var transactionId: String
-}
-
-struct LedgerEntry {
-    var entry: String  // credit | debit | recredit
-    var revocationKey: String
-    /// Amount x 100000 (exact: revocationPercentage is in thousandths of a percent).
-    var scaledAmount: Int64
-    var signedDate: Int64
-    var subject: String
-    var productId: String?
-    var originalTransactionId: String?
-    var eventId: String
-}
-
-struct LedgerState {
-    var entries: [LedgerEntry] = []
-    /// The latest signedDate of any RESTORE seen for the transaction (stored or in this batch).
-    var latestRestore: Int64?
-}
-
-extension EntitlementEvent {
-    var isConsumable: Bool { productType == "Consumable" }
-
-    var entitlementKey: EntitlementKey? {
-        guard !isConsumable, let subject, let name = entitlement ?? productId else { return nil }
-        return EntitlementKey(environment: environment, subject: subject, entitlement: name)
-    }
-
-    var isAutoRenewable: Bool { productType == "Auto-Renewable Subscription" }
-
-    /// The subscription (environment, originalTransactionId) of an auto-renewable event that grants access:
-    /// the tiers of one subscription group share it, and only one of them grants at a time.
-    var subscriptionKey: SubscriptionKey? {
-        guard isAutoRenewable, [.grant, .extend, .restore].contains(effect), let originalTransactionId else { return nil }
-        return SubscriptionKey(environment: environment, originalTransactionId: originalTransactionId)
-    }
-
-    var ledgerKey: LedgerKey? {
-        guard isConsumable, let transactionId else { return nil }
-        return LedgerKey(environment: environment, transactionId: transactionId)
-    }
-
-    /// Units moved by a consumable credit / debit / re-credit (catalogue units x quantity, else the quantity).
-    var ledgerUnits: Int64 { Int64(units ?? quantity ?? 1) }
 }
 
 /// Everything a batch needs, prepared before the transaction starts.
@@ -286,44 +205,16 @@ struct BatchPlan: Sendable {
 
         phase("dups")
         // 3. Current entitlement rows and ledger entries for the keys touched.
-        var entitlements = try await loadEntitlements(
+        let entitlements = try await loadEntitlements(
             keys: Set(fresh.compactMap(\.entitlementKey)), subscriptions: Set(fresh.compactMap(\.subscriptionKey)),
             tx: tx, logger: logger)
-        var ledgers = try await loadLedgers(keys: Set(fresh.compactMap(\.ledgerKey)), tx: tx, logger: logger)
-        let loadedLedgerCounts = ledgers.mapValues(\.entries.count)
+        let ledgers = try await loadLedgers(keys: Set(fresh.compactMap(\.ledgerKey)), tx: tx, logger: logger)
 
         phase("load")
-        // 4. The state machine.
-        var statuses: [EventStatus] = []
-        statuses.reserveCapacity(fresh.count)
-        var changedKeys = Set<EntitlementKey>()
-        // The entitlement rows of each subscription (the tiers an applied grant may supersede), kept up to date as
-        // rows are created, so that superseding costs the tiers of one subscription, not a scan of every row.
-        var tiers: [SubscriptionKey: Set<EntitlementKey>] = [:]
-        for (key, row) in entitlements {
-            if let original = row.originalTransactionId {
-                tiers[SubscriptionKey(environment: key.environment, originalTransactionId: original), default: []].insert(key)
-            }
-        }
-        for event in fresh {
-            let status: EventStatus
-            if let key = event.entitlementKey {
-                status = Self.applyEntitlement(event, current: &entitlements[key])
-                if status == .applied, event.effect.changesAccess { changedKeys.insert(key) }
-                if status == .applied, let original = entitlements[key]?.originalTransactionId {
-                    tiers[SubscriptionKey(environment: key.environment, originalTransactionId: original), default: []]
-                        .insert(key)
-                }
-                if status == .applied, let subscription = event.subscriptionKey {
-                    changedKeys.formUnion(Self.supersedeOtherTiers(
-                        event, granted: key, candidates: tiers[subscription] ?? [], in: &entitlements))
-                }
-            } else if let key = event.ledgerKey {
-                status = Self.applyLedger(event, state: &ledgers[key, default: LedgerState()])
-            } else {
-                status = .applied  // nothing keyed to change (TEST, summaries, app transactions): recorded
-            }
-            statuses.append(status)
+        // 4. The entitlement rules (pure Swift, EntitlementRules).
+        let decision = EntitlementRules.fold(fresh, entitlements: entitlements, ledgers: ledgers)
+        let statuses = decision.statuses
+        for (event, status) in zip(fresh, statuses) {
             outcome.statuses[event.eventId] = status
             switch status {
             case .applied: outcome.applied += 1
@@ -352,152 +243,11 @@ struct BatchPlan: Sendable {
             }
         }
         phase("transactions")
-        let changedRows = changedKeys.compactMap { key in entitlements[key].map { (key, $0) } }
-        outcome.rowsWritten["entitlements"] = try await writeEntitlements(changedRows, tx: tx, logger: logger)
+        outcome.rowsWritten["entitlements"] = try await writeEntitlements(decision.changedRows, tx: tx, logger: logger)
         phase("entitlements")
-        var newEntries: [(LedgerKey, LedgerEntry)] = []
-        for (key, state) in ledgers {
-            for entry in state.entries.dropFirst(loadedLedgerCounts[key] ?? 0) { newEntries.append((key, entry)) }
-        }
-        outcome.rowsWritten["consumable_ledger"] = try await writeLedger(newEntries, tx: tx, logger: logger)
+        outcome.rowsWritten["consumable_ledger"] = try await writeLedger(decision.newLedgerEntries, tx: tx, logger: logger)
         phase("ledger")
         return outcome
-    }
-
-    // MARK: state machine
-
-    /// GRANT starts a window, EXTEND moves valid_until later (and resumes access), REVOKE ends access (keeping the
-    /// window so RESTORE can undo it), RESTORE undoes a revoke, STATE/INFO never change access. An event signed
-    /// before the last applied one is stale.
-    static func applyEntitlement(_ e: EntitlementEvent, current row: inout EntitlementRow?) -> EventStatus {
-        if let existing = row, e.signedDate < existing.lastSignedDate { return .stale }
-        guard e.effect.changesAccess else { return .applied }
-        var next = row ?? EntitlementRow(
-            active: false, productId: nil, originalTransactionId: nil, transactionId: nil, validFrom: e.validFrom,
-            validUntil: e.validUntil, revokedAt: nil, revocationReason: nil, lastSignedDate: e.signedDate,
-            lastEventId: e.eventId, lastKind: e.kind, lastEffect: e.effect.rawValue, updatedAt: e.verifiedAt)
-        let existed = row != nil
-        switch e.effect {
-        case .grant:
-            next.active = true
-            next.validFrom = e.validFrom
-            next.validUntil = e.validUntil
-            next.revokedAt = nil
-            next.revocationReason = nil
-        case .extend, .restore:
-            next.active = true
-            if existed {
-                next.validFrom = next.validFrom ?? e.validFrom
-                next.validUntil = laterEnd(next.validUntil, e.validUntil, existed: existed)
-            }
-            next.revokedAt = nil
-            next.revocationReason = nil
-        case .revoke:
-            if let existing = row, refundsAnEarlierPeriod(e, current: existing) {
-                // entitlement-mapping.md: REFUND revokes only if the refunded transaction is the one currently
-                // granting; a refund of an earlier billing period is recorded (event log, transactions) and changes
-                // no access.
-                return .applied
-            }
-            next.active = false
-            next.revokedAt = e.revocationDate ?? e.validUntil ?? e.signedDate
-            next.revocationReason = e.reason ?? e.kind
-        case .state, .info:
-            return .applied
-        }
-        next.productId = e.productId ?? next.productId
-        next.originalTransactionId = e.originalTransactionId ?? next.originalTransactionId
-        next.transactionId = e.transactionId ?? next.transactionId
-        next.lastSignedDate = max(next.lastSignedDate, e.signedDate)
-        next.lastEventId = e.eventId
-        next.lastKind = e.kind
-        next.lastEffect = e.effect.rawValue
-        next.updatedAt = e.verifiedAt
-        row = next
-        return .applied
-    }
-
-    /// An auto-renewable refund (or family revoke) of a transaction other than the one the row's access comes from,
-    /// for a period that ended before the row's current access ends.
-    static func refundsAnEarlierPeriod(_ e: EntitlementEvent, current: EntitlementRow) -> Bool {
-        guard e.isAutoRenewable, let refunded = e.transactionId, let granting = current.transactionId, refunded != granting,
-              current.active, let periodEnd = e.transaction?["expiresDate"]?.int64Value,
-              let currentEnd = current.validUntil
-        else { return false }
-        return periodEnd < currentEnd
-    }
-
-    /// An applied auto-renewable GRANT/EXTEND/RESTORE of one tier ends access to every other tier of the same
-    /// subscription (same environment and originalTransactionId): an upgrade (PLAN_UPGRADED), or a downgrade or
-    /// cross-grade taking effect at renewal. Rows changed more recently than the event are left alone.
-    /// `candidates` holds at least every key whose row belongs to the subscription. Returns the keys it changed.
-    static func supersedeOtherTiers(
-        _ e: EntitlementEvent, granted key: EntitlementKey, candidates: Set<EntitlementKey>,
-        in rows: inout [EntitlementKey: EntitlementRow]
-    ) -> [EntitlementKey] {
-        guard let subscription = e.subscriptionKey else { return [] }
-        var changed: [EntitlementKey] = []
-        for other in candidates where other != key && other.environment == subscription.environment {
-            guard let row = rows[other], row.originalTransactionId == subscription.originalTransactionId, row.active,
-                  row.lastSignedDate <= e.signedDate
-            else { continue }
-            var next = row
-            next.active = false
-            next.revokedAt = e.validFrom ?? e.signedDate
-            next.revocationReason = "superseded_by:\(e.productId ?? key.entitlement)"
-            next.lastSignedDate = e.signedDate
-            next.lastEventId = e.eventId
-            next.lastKind = e.kind
-            next.lastEffect = EntitlementEffect.revoke.rawValue
-            next.updatedAt = e.verifiedAt
-            rows[other] = next
-            changed.append(other)
-        }
-        return changed
-    }
-
-    /// valid_until only moves later; nil means "no end" (non-consumables) and wins.
-    static func laterEnd(_ current: Int64?, _ incoming: Int64?, existed: Bool) -> Int64? {
-        guard let incoming else { return current }
-        guard let current else { return existed ? nil : incoming }
-        return max(current, incoming)
-    }
-
-    /// One credit per (environment, transactionId); one debit per (environment, transactionId, revocation);
-    /// a re-credit per debit on REFUND_REVERSED. A refund signed before an already-seen reversal is stale.
-    static func applyLedger(_ e: EntitlementEvent, state: inout LedgerState) -> EventStatus {
-        let subject = e.subject ?? e.originalTransactionId ?? e.transactionId ?? ""
-        func entry(_ kind: String, _ key: String, _ amount: Int64) -> LedgerEntry {
-            LedgerEntry(
-                entry: kind, revocationKey: key, scaledAmount: amount, signedDate: e.signedDate, subject: subject,
-                productId: e.productId, originalTransactionId: e.originalTransactionId, eventId: e.eventId)
-        }
-        switch e.effect {
-        case .grant, .extend:
-            if state.entries.contains(where: { $0.entry == "credit" }) { return .duplicate }
-            state.entries.append(entry("credit", "", e.ledgerUnits * 100_000))
-            return .applied
-        case .revoke:
-            let key = String(e.revocationDate ?? e.signedDate)
-            if state.entries.contains(where: { $0.entry == "debit" && $0.revocationKey == key }) { return .duplicate }
-            if let restored = state.latestRestore, restored > e.signedDate { return .stale }
-            let percentage = Int64(max(0, min(100_000, e.revocationPercentage ?? 100_000)))
-            state.entries.append(entry("debit", key, -(e.ledgerUnits * percentage)))
-            return .applied
-        case .restore:
-            state.latestRestore = max(state.latestRestore ?? e.signedDate, e.signedDate)
-            let recredited = Set(state.entries.filter { $0.entry == "recredit" }.map(\.revocationKey))
-            let debits = state.entries.filter { $0.entry == "debit" && $0.signedDate <= e.signedDate }
-            guard let debit = debits.filter({ !recredited.contains($0.revocationKey) })
-                .max(by: { ($0.signedDate, $0.revocationKey) < ($1.signedDate, $1.revocationKey) })
-            else {
-                return debits.isEmpty ? .stale : .duplicate
-            }
-            state.entries.append(entry("recredit", debit.revocationKey, -debit.scaledAmount))
-            return .applied
-        case .state, .info:
-            return .applied
-        }
     }
 
     // MARK: reads
@@ -939,15 +689,5 @@ struct BatchPlan: Sendable {
                 RETURNING 1
             ) SELECT count(*) FROM ins
             """), logger: logger))
-    }
-}
-
-extension EntitlementEffect {
-    /// GRANT / EXTEND / REVOKE / RESTORE change access; STATE / INFO never do.
-    var changesAccess: Bool {
-        switch self {
-        case .grant, .extend, .revoke, .restore: return true
-        case .state, .info: return false
-        }
     }
 }
