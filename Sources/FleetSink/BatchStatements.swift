@@ -1,0 +1,273 @@
+import AppStoreVerification
+import EntitlementDomain
+import Foundation
+import PostgresNIO
+
+// The SQL of a batch's writes that need no database state: notifications, transaction facts and versions, events.
+// Built before the transaction (`BatchPlan.init`), executed by `BatchPlan.execute`.
+extension BatchPlan {
+    static func notificationsQuery(_ events: [EntitlementEvent], texts: [String: EventTexts]) -> PostgresQuery? {
+        var seen = Set<String>()
+        var picked: [(EntitlementEvent, EventNotification)] = []
+        for event in events {
+            guard let n = event.notification, seen.insert(n.uuid).inserted else { continue }
+            picked.append((event, n))
+        }
+        guard !picked.isEmpty else { return nil }
+        // received_at: the earliest verification time of that notification within the batch.
+        var received: [String: Int64] = [:]
+        for event in events { if let n = event.notification { received[n.uuid] = min(received[n.uuid] ?? .max, event.verifiedAt) } }
+        var b = ColumnBinds()
+        b.column(picked.map(\.1.uuid), "text", as: "u")
+        b.column(picked.map(\.0.environment), "text", as: "env")
+        b.column(picked.map(\.1.type), "text", as: "t")
+        b.column(picked.map(\.1.subtype), "text", as: "st")
+        b.column(picked.map(\.1.version), "text", as: "v")
+        b.column(picked.map(\.0.bundleId), "text", as: "bu")
+        b.column(picked.map(\.0.appAppleId), "bigint", as: "aai")
+        b.column(picked.map(\.0.originalTransactionId), "text", as: "ot")
+        b.column(picked.map(\.0.transactionId), "text", as: "tr")
+        b.column(picked.map(\.1.signedDate), "bigint", as: "sd")
+        b.column(picked.map { texts[$0.0.eventId]?.notification ?? notificationPayload($0.0, $0.1) }, "text", as: "p")
+        b.column(picked.map(\.0.source.topic), "text", as: "tp")
+        b.column(picked.map(\.0.source.partition), "integer", as: "pa")
+        b.column(picked.map(\.0.source.offset), "bigint", as: "o")
+        b.column(picked.map { received[$0.1.uuid] ?? $0.0.verifiedAt }, "bigint", as: "ra")
+        return b.query("""
+            WITH ins AS (
+                INSERT INTO notifications (notification_uuid, environment, notification_type, subtype, version,
+                    bundle_id, app_apple_id, original_transaction_id, transaction_id, signed_date, signed_date_ms,
+                    payload, source_topic, source_partition, source_offset, received_at, applied_at)
+                SELECT u, env, t, st, v, bu, aai, ot, tr, fleet_ms(sd), sd, p::jsonb, tp, pa, o, fleet_ms(ra), now()
+                FROM \(b.rows())
+                ON CONFLICT (notification_uuid) DO NOTHING
+                RETURNING 1
+            ) SELECT count(*) FROM ins
+            """)
+    }
+
+    /// The decoded notification stored in `notifications.payload`: its header fields plus the transaction, renewal
+    /// info, AppTransaction and details documents, whose JSON text (`parts`, when already written for the other
+    /// columns) is spliced in rather than serialized again.
+    static func notificationPayload(_ e: EntitlementEvent, _ n: EventNotification, parts: EventTexts? = nil) -> String {
+        let parts = parts ?? EventTexts(
+            transaction: jsonText(e.transaction), renewalInfo: jsonText(e.renewalInfo),
+            appTransaction: jsonText(e.appTransaction), details: jsonText(e.details))
+        func quoted(_ s: String) -> String { jsonText(.string(s)) ?? "null" }
+        var members: [(String, String)] = [
+            ("notificationUUID", quoted(n.uuid)), ("notificationType", quoted(n.type)),
+            ("signedDate", String(n.signedDate)), ("environment", quoted(e.environment)),
+        ]
+        if let s = n.subtype { members.append(("subtype", quoted(s))) }
+        if let v = n.version { members.append(("version", quoted(v))) }
+        if let b = e.bundleId { members.append(("bundleId", quoted(b))) }
+        if let a = e.appAppleId { members.append(("appAppleId", String(a))) }
+        for (key, text) in [
+            ("transaction", parts.transaction), ("renewalInfo", parts.renewalInfo),
+            ("appTransaction", parts.appTransaction), ("details", parts.details),
+        ] {
+            if let text { members.append((key, text)) }
+        }
+        // Members in jsonb's order, like every nested document.
+        members.sort { JSONKeyOrder.jsonbPrecedes($0.0, $1.0) }
+        var bytes: [UInt8] = [UInt8(ascii: "{")]
+        bytes.reserveCapacity(members.reduce(2) { $0 + $1.0.utf8.count + $1.1.utf8.count + 4 })
+        for (i, (key, text)) in members.enumerated() {
+            if i > 0 { bytes.append(UInt8(ascii: ",")) }
+            JSONValue.writeString(key, into: &bytes)
+            bytes.append(UInt8(ascii: ":"))
+            bytes.append(contentsOf: text.utf8)
+        }
+        bytes.append(UInt8(ascii: "}"))
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// Serializes a JSONValue to JSON text for a jsonb column (which normalizes key order itself). Not JSONEncoder:
+    /// it costs ~100 us per transaction object on Linux, which dominated the batch time. NUL characters are dropped
+    /// (jsonb rejects `\u0000`); non-finite numbers (impossible from parsed JSON) become null.
+    static func jsonText(_ value: JSONValue?) -> String? {
+        guard let value else { return nil }
+        // The byte-level writer of the verification core (several times faster than building a String scalar by
+        // scalar); the rare document with an escaped NUL is written again without its NUL characters.
+        // Members in jsonb's own order: PostgreSQL then finds each object already sorted.
+        let bytes = value.serializedBytes(keyOrder: .jsonb)
+        if !containsEscapedNUL(bytes) { return String(decoding: bytes, as: UTF8.self) }
+        return String(decoding: droppingNUL(value).serializedBytes(keyOrder: .jsonb), as: UTF8.self)
+    }
+
+    /// Whether `\u0000` occurs in JSON text (possibly preceded by an escaped backslash: then it is a false
+    /// positive, which only costs the slower writer).
+    static func containsEscapedNUL(_ bytes: [UInt8]) -> Bool {
+        bytes.withUnsafeBufferPointer { b in
+            guard b.count >= 6 else { return false }
+            var i = 0
+            while i <= b.count - 6 {
+                if b[i] == 0x5C && b[i + 1] == 0x75 && b[i + 2] == 0x30 && b[i + 3] == 0x30 && b[i + 4] == 0x30
+                    && b[i + 5] == 0x30 { return true }
+                i += 1
+            }
+            return false
+        }
+    }
+
+    /// The same document with NUL characters removed from every string and key (jsonb cannot store `\u0000`).
+    static func droppingNUL(_ value: JSONValue) -> JSONValue {
+        switch value {
+        case .string(let s): return .string(s.replacingOccurrences(of: "\u{0}", with: ""))
+        case .array(let a): return .array(a.map(droppingNUL))
+        case .object(let o):
+            var out: [String: JSONValue] = [:]
+            for (k, v) in o { out[k.replacingOccurrences(of: "\u{0}", with: "")] = droppingNUL(v) }
+            return .object(out)
+        default: return value
+        }
+    }
+
+    /// Returns one row: (versions inserted, current facts inserted or replaced).
+    static func transactionsQuery(_ events: [EntitlementEvent], texts: [String: EventTexts]) -> PostgresQuery? {
+        struct Version {
+            var environment: String, transactionId: String, signedDate: Int64, json: JSONValue, eventId: String
+        }
+        var seen = Set<String>()
+        var versions: [Version] = []
+        for event in events {
+            guard let json = event.transaction,
+                  let transactionId = json["transactionId"]?.stringValue ?? event.transactionId else { continue }
+            let signed = json["signedDate"]?.int64Value ?? event.signedDate
+            guard seen.insert("\(event.environment)\u{1}\(transactionId)\u{1}\(signed)").inserted else { continue }
+            versions.append(Version(
+                environment: event.environment, transactionId: transactionId, signedDate: signed, json: json,
+                eventId: event.eventId))
+        }
+        guard !versions.isEmpty else { return nil }
+        // The newest version of each (environment, transactionId) in the batch is the candidate current fact
+        // (chosen here rather than by a DISTINCT ON sort of the whole batch in the statement). Ties are impossible:
+        // versions are distinct by (environment, transactionId, signedDate).
+        var newest: [String: Int] = [:]
+        for (i, v) in versions.enumerated() {
+            let key = "\(v.environment)\u{1}\(v.transactionId)"
+            if let j = newest[key], versions[j].signedDate >= v.signedDate { continue }
+            newest[key] = i
+        }
+        var isNewest = [Bool](repeating: false, count: versions.count)
+        for i in newest.values { isNewest[i] = true }
+        func str(_ k: String) -> [String?] { versions.map { $0.json[k]?.stringValue } }
+        func int(_ k: String) -> [Int64?] { versions.map { $0.json[k]?.int64Value } }
+        func int32(_ k: String) -> [Int32?] { versions.map { $0.json[k]?.int64Value.flatMap { Int32(exactly: $0) } } }
+        var b = ColumnBinds()
+        b.column(versions.map(\.environment), "text", as: "env")
+        b.column(versions.map(\.transactionId), "text", as: "txn")
+        b.column(versions.map(\.signedDate), "bigint", as: "sd")
+        b.column(str("originalTransactionId"), "text", as: "ot")
+        b.column(str("webOrderLineItemId"), "text", as: "wo")
+        b.column(str("bundleId"), "text", as: "bu")
+        b.column(str("productId"), "text", as: "pr")
+        b.column(str("type"), "text", as: "ty")
+        b.column(str("appAccountToken"), "text", as: "tok")
+        b.column(str("inAppOwnershipType"), "text", as: "own")
+        b.column(int32("quantity"), "integer", as: "qty")
+        b.column(int("purchaseDate"), "bigint", as: "pd")
+        b.column(int("originalPurchaseDate"), "bigint", as: "opd")
+        b.column(int("expiresDate"), "bigint", as: "ex")
+        b.column(int("revocationDate"), "bigint", as: "rd")
+        b.column(int32("revocationReason"), "integer", as: "rr")
+        b.column(str("revocationType"), "text", as: "rt")
+        b.column(int32("revocationPercentage"), "integer", as: "rp")
+        b.column(versions.map { $0.json["isUpgraded"]?.boolValue }, "boolean", as: "up")
+        b.column(versions.map { texts[$0.eventId]?.transaction ?? jsonText($0.json) ?? "{}" }, "text", as: "p")
+        b.column(versions.map(\.eventId), "text", as: "ev")
+        b.column(isNewest, "boolean", as: "cur")
+        let columns = """
+            environment, transaction_id, signed_date_ms, signed_date, original_transaction_id, web_order_line_item_id,
+            bundle_id, product_id, product_type, app_account_token, ownership_type, quantity, purchase_date,
+            original_purchase_date, expires_date, revocation_date, revocation_reason, revocation_type,
+            revocation_percentage, is_upgraded, payload, event_id
+            """
+        let select = """
+            env, txn, sd, fleet_ms(sd), ot, wo, bu, pr, ty, tok, own, qty, fleet_ms(pd), fleet_ms(opd), fleet_ms(ex),
+            fleet_ms(rd), rr, rt, rp, up, pj, ev
+            """
+        let updates = columns.split(separator: ",").map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
+            .filter { $0 != "environment" && $0 != "transaction_id" }
+            .map { "\($0) = EXCLUDED.\($0)" }.joined(separator: ", ")
+        return b.query("""
+            WITH v AS (
+                -- Materialized once (used twice): the payload is parsed into jsonb once per version.
+                SELECT x.*, x.p::jsonb AS pj FROM \(b.rows())
+            ), ver AS (
+                INSERT INTO transaction_versions (\(columns))
+                SELECT \(select) FROM v
+                ON CONFLICT (environment, transaction_id, signed_date_ms) DO NOTHING
+                RETURNING 1
+            ), cur AS (
+                INSERT INTO transactions (\(columns))
+                SELECT \(select) FROM v WHERE v.cur
+                ON CONFLICT (environment, transaction_id) DO UPDATE SET \(updates)
+                WHERE transactions.signed_date_ms < EXCLUDED.signed_date_ms
+                RETURNING 1
+            ) SELECT (SELECT count(*) FROM ver), (SELECT count(*) FROM cur)
+            """)
+    }
+
+    /// The statuses (bound last, `statuses[i]` being the status of `events[i]`) are known only inside the
+    /// transaction.
+    static func eventsStatement(
+        _ events: [EntitlementEvent], texts: [String: EventTexts], storedEvents: StoredEvents
+    ) -> EventsStatement? {
+        guard !events.isEmpty else { return nil }
+        var b = ColumnBinds()
+        b.column(events.map(\.eventId), "text", as: "id")
+        b.column(events.map(\.environment), "text", as: "env")
+        b.column(events.map(\.kind), "text", as: "k")
+        b.column(events.map(\.effect.rawValue), "text", as: "ef")
+        b.column(events.map(\.reason), "text", as: "r")
+        b.column(events.map(\.subject), "text", as: "su")
+        b.column(events.map { $0.entitlement ?? ($0.isConsumable ? nil : $0.productId) }, "text", as: "en")
+        b.column(events.map(\.productId), "text", as: "pr")
+        b.column(events.map(\.productType), "text", as: "pt")
+        b.column(events.map(\.transactionId), "text", as: "tr")
+        b.column(events.map(\.originalTransactionId), "text", as: "ot")
+        b.column(events.map(\.webOrderLineItemId), "text", as: "wo")
+        b.column(events.map(\.appAccountToken), "text", as: "tok")
+        b.column(events.map(\.ownershipType), "text", as: "own")
+        b.column(events.map { $0.quantity.flatMap { Int32(exactly: $0) } }, "integer", as: "q")
+        b.column(events.map { $0.units.flatMap { Int32(exactly: $0) } }, "integer", as: "un")
+        b.column(events.map(\.validFrom), "bigint", as: "vf")
+        b.column(events.map(\.validUntil), "bigint", as: "vu")
+        b.column(events.map(\.revocationDate), "bigint", as: "rd")
+        b.column(events.map { $0.revocationReason.flatMap { Int32(exactly: $0) } }, "integer", as: "rr")
+        b.column(events.map(\.revocationType), "text", as: "rt")
+        b.column(events.map { $0.revocationPercentage.flatMap { Int32(exactly: $0) } }, "integer", as: "rp")
+        b.column(events.map { $0.notification?.uuid }, "text", as: "nu")
+        b.column(events.map { $0.notification?.type }, "text", as: "nt")
+        b.column(events.map { $0.notification?.subtype }, "text", as: "ns")
+        b.column(events.map(\.signedDate), "bigint", as: "sd")
+        b.column(events.map(\.verifiedAt), "bigint", as: "va")
+        b.column(events.map(\.source.topic), "text", as: "tp")
+        b.column(events.map(\.source.partition), "integer", as: "pa")
+        b.column(events.map(\.source.offset), "bigint", as: "o")
+        b.column(events.map(\.source.inputKind), "text", as: "ik")
+        b.column(events.map { texts[$0.eventId]?.renewalInfo }, "text", as: "ri")
+        b.column(events.map { texts[$0.eventId]?.appTransaction }, "text", as: "at")
+        b.column(events.map { texts[$0.eventId]?.details }, "text", as: "de")
+        let status = b.nextPlaceholder
+        let sql = """
+            WITH ins AS (
+                INSERT INTO entitlement_events (event_id, status, environment, kind, effect, reason, subject,
+                    entitlement, product_id, product_type, transaction_id, original_transaction_id,
+                    web_order_line_item_id, app_account_token, ownership_type, quantity, units, valid_from,
+                    valid_until, revocation_date, revocation_reason, revocation_type, revocation_percentage,
+                    notification_uuid, notification_type, notification_subtype, signed_date, signed_date_ms,
+                    verified_at, source_topic, source_partition, source_offset, input_kind, renewal_info,
+                    app_transaction, details)
+                SELECT id, st, env, k, ef, r, su, en, pr, pt, tr, ot, wo, tok, own, q, un, fleet_ms(vf), fleet_ms(vu),
+                       fleet_ms(rd), rr, rt, rp, nu, nt, ns, fleet_ms(sd), sd, fleet_ms(va), tp, pa, o, ik,
+                       ri::jsonb, at::jsonb, de::jsonb
+                FROM \(b.rows("unnest(\(status)::text[]) AS st"))
+                \(storedEvents == .skip ? "ON CONFLICT (event_id) DO NOTHING" : "")
+                RETURNING 1
+            ) SELECT count(*) FROM ins
+            """
+        return EventsStatement(binds: b, sql: sql, statusPlaceholder: status)
+    }
+}
