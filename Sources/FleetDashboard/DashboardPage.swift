@@ -139,7 +139,7 @@ footer { color: var(--muted); font-size: 12px; text-align: center; padding: 0 24
     <div class="scroll"><table id="table-kinds"><thead><tr><th scope="col">Kind</th><th scope="col" class="n">Events</th></tr></thead><tbody></tbody></table></div>
   </section>
   <section class="card wide" aria-labelledby="h-latest">
-    <h2 id="h-latest">Latest events</h2>
+    <h2 id="h-latest">Latest events read</h2>
     <div class="scroll"><table id="table-latest"><thead><tr><th scope="col">Verified (UTC)</th><th scope="col">Kind</th><th scope="col">Effect</th><th scope="col">Product</th><th scope="col">Subject</th><th scope="col">Valid until (UTC)</th></tr></thead><tbody></tbody></table></div>
   </section>
 </main>
@@ -212,10 +212,11 @@ function lines(svg, times, series) {
   }
   if (n) { svg.appendChild(el("text", {x: L, y: H - 6}, hm(times[0]))); svg.appendChild(el("text", {x: W - R, y: H - 6, "text-anchor": "end"}, hm(times[n - 1]))); }
 }
-function niceMax(v) { if (v <= 0) return 1; const p = Math.pow(10, Math.floor(Math.log10(v))); for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= v) return m * p; return 10 * p; }
+function niceMax(v) { if (v <= 4) return 4; const p = Math.pow(10, Math.floor(Math.log10(v))); for (const m of [1, 2, 2.5, 5, 10]) if (m * p >= v) return m * p; return 10 * p; }
 function axis(svg, top, L, T, pw, ph, unit) {
-  for (let k = 0; k <= 4; k++) {
-    const y = T + ph - k / 4 * ph, v = top * k / 4;
+  const steps = Number.isInteger(top / 4) ? 4 : 5;
+  for (let k = 0; k <= steps; k++) {
+    const y = T + ph - k / steps * ph, v = top * k / steps;
     svg.appendChild(el("line", {x1: L, x2: L + pw, y1: y, y2: y, stroke: "var(--grid)"}));
     svg.appendChild(el("text", {x: L - 6, y: y + 4, "text-anchor": "end"}, unit ? unit(v) : compact(v)));
   }
