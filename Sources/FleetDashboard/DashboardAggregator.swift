@@ -43,6 +43,7 @@ public struct DashboardAggregator: Sendable {
     public let limits: Limits
     private var seen: SeenFilter
     private var revenueSeen: SeenFilter
+    private var ledgerSeen: SeenFilter
     private var envs: [String: EnvState] = [:]
     private var rejected: [String: Int] = [:]
     private var rejectedPerMinute: [Int64: Int] = [:]
@@ -58,6 +59,7 @@ public struct DashboardAggregator: Sendable {
         self.limits = limits
         seen = SeenFilter(exactCapacity: limits.seenExactCapacity, bloomBits: limits.seenBloomBits)
         revenueSeen = SeenFilter(exactCapacity: limits.seenExactCapacity, bloomBits: limits.seenBloomBits)
+        ledgerSeen = SeenFilter(exactCapacity: limits.seenExactCapacity, bloomBits: limits.seenBloomBits)
     }
 
     public var distinctEvents: Int { envs.values.reduce(0) { $0 + $1.events } }
@@ -101,9 +103,22 @@ public struct DashboardAggregator: Sendable {
         let isSale = (e.effect == .grant || e.effect == .extend) && e.transaction?["price"]?.int64Value != nil
         var newRevenue = false
         if isSale, let txn = e.transactionId { newRevenue = revenueSeen.insert(e.environment + "\u{1}" + txn) }
+        // Consumable units like the sink's ledger: one credit per transaction, one debit per (transaction, revocation),
+        // one re-credit per reversal, whichever events carry them.
+        var newLedgerEntry = false
+        if e.isConsumableProduct {
+            let base = e.environment + "\u{1}" + (e.transactionId ?? e.eventId) + "\u{1}"
+            switch e.effect {
+            case .grant, .extend: newLedgerEntry = ledgerSeen.insert(base + "credit")
+            case .revoke: newLedgerEntry = ledgerSeen.insert(base + "debit\u{1}" + String(e.revocationDate ?? e.signedDate))
+            case .restore: newLedgerEntry = ledgerSeen.insert(base + "recredit\u{1}" + String(e.signedDate))
+            case .state, .info: break
+            }
+        }
         if envs[e.environment] == nil { envs[e.environment] = EnvState() }
         // In place (`envs[k]!`): a copy of the state would copy every entitlement row.
-        let result = envs[e.environment]!.ingest(e, minute: inWindow ? m : nil, countRevenue: newRevenue, limits: limits)
+        let result = envs[e.environment]!.ingest(e, minute: inWindow ? m : nil, countRevenue: newRevenue,
+                                                     countUnits: newLedgerEntry, limits: limits)
         if result.untracked { untrackedEntitlements += 1 }
         if !result.applied { stale += 1 }
         return result.applied ? .counted : .stale

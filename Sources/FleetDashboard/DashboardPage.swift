@@ -275,7 +275,7 @@ function render(s) {
   fillRows("table-revenue", curs.map(c => tr => { cell(tr, c); cell(tr, money(rev.reduce((a, d) => a + (d.byCurrency[c] || 0), 0)), "n"); }), "No priced transactions yet.");
   // Rejections.
   const rj = Object.entries(s.rejected || {}).sort((a, b) => b[1] - a[1]), rmax = rj.length ? rj[0][1] : 1;
-  fillRows("table-rejected", rj.map(([r, n]) => tr => { cell(tr, r); cell(tr, fmt(n), "n"); const td = cell(tr, ""); const b = document.createElement("span"); b.className = "bar"; b.style.width = Math.max(2, n / rmax * 120) + "px"; td.appendChild(b); }), "No rejections.");
+  fillRows("table-rejected", rj.map(([r, n]) => tr => { cell(tr, r); cell(tr, fmt(n), "n"); const td = cell(tr, ""); td.style.width = "35%"; const b = document.createElement("span"); b.className = "bar"; b.style.width = Math.max(2, n / rmax * 100) + "%"; td.appendChild(b); }), "No rejections.");
   // Consumables.
   fillRows("table-units", Object.entries(e.consumables).sort().map(([p, u]) => tr => { cell(tr, p); cell(tr, fmt(u.credited), "n"); cell(tr, fmt(u.debited - u.recredited), "n"); cell(tr, fmt(u.credited - u.debited + u.recredited), "n"); }), "No consumables.");
   fillRows("table-kinds", Object.entries(e.byKind).sort((a, b) => b[1] - a[1]).map(([k, n]) => tr => { cell(tr, k); cell(tr, fmt(n), "n"); }));

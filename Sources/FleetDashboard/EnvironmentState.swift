@@ -18,7 +18,7 @@ extension DashboardAggregator {
         struct Result { var applied = true, untracked = false }
 
         /// Counts a new (not duplicate) event; `minute` is its verifiedAt minute when inside the per-minute window.
-        mutating func ingest(_ e: EntitlementEvent, minute: Int64?, countRevenue: Bool, limits: Limits) -> Result {
+        mutating func ingest(_ e: EntitlementEvent, minute: Int64?, countRevenue: Bool, countUnits: Bool, limits: Limits) -> Result {
             events += 1
             DashboardAggregator.bump(&byKind, e.kind, limits.maxKeys)
             if let minute { DashboardAggregator.bump(&perMinute[minute, default: [:]], e.kind, limits.maxKeys) }
@@ -34,7 +34,7 @@ extension DashboardAggregator {
             lifecycle[day] = life
             if countRevenue { addRevenue(e, day: day, limits: limits) }
             trimDays(limits.days)
-            addConsumables(e, limits: limits)
+            if countUnits { addConsumables(e, limits: limits) }
             latest.append(LatestEvent(e))
             if latest.count > limits.latest { latest.removeFirst(latest.count - limits.latest) }
             return applyEntitlement(e, limits: limits)

@@ -163,6 +163,12 @@ struct AggregatorTests {
                            productType: "Consumable", entitlement: nil, transactionId: "c\(i)", units: 100,
                            revocationPercentage: pct))
         }
+        // The same purchase and refund again as other events (a notification and the transaction JWS): the ledger,
+        // like the sink's, credits once per transaction and debits once per revocation.
+        a.ingest(event("g0-txn", kind: "ONE_TIME_PURCHASED", signed: baseTime, product: "gems", productType: "Consumable",
+                       entitlement: nil, transactionId: "c0", units: 100))
+        a.ingest(event("r0-txn", kind: "REFUNDED", effect: .revoke, signed: baseTime + 5, product: "gems",
+                       productType: "Consumable", entitlement: nil, transactionId: "c0", units: 100))
         let env = a.summary(now: baseTime).environments["Production"]!
         #expect(env.revenueByDay == [RevenueDay(day: DashboardAggregator.day(baseTime), byCurrency: ["USD": 4990, "EUR": 3990])])
         #expect(env.consumables["gems"]?.credited == 200)

@@ -154,7 +154,8 @@ struct DashboardEndToEndTests {
         #expect(s.records.duplicates == traffic.records.count - traffic.distinct - 1 - 6)
         #expect(s.lag.result == 0 && s.lag.rejected == 0)
         let env = try #require(s.environments["Production"])
-        #expect(env.consumables["com.example.gems.100"]?.credited == 100 * 48)
+        let credited = env.consumables["com.example.gems.100"]?.credited ?? -1
+        #expect(credited == Int64(100 * 48))
         #expect(env.perMinute.map { $0.byKind.values.reduce(0, +) }.reduce(0, +) == traffic.distinct)
         let p = try #require(port)
         #expect(HTTPProbe.get(port: p, path: "/healthz")?.status == 200)
@@ -192,13 +193,19 @@ struct DashboardEndToEndTests {
         #expect(dom.contains(#"data-live="true""#), "the page did not complete a live update")
         #expect(dom.contains(#"data-testid="total-events">\#(expectedTotal)<"#), "total \(expectedTotal) not rendered")
         #expect(dom.contains("INVALID_SIGNATURE"))
-        // Every URL the browser requested is on the dashboard server.
+        // Every request made on behalf of the page (Chromium's net log: network isolation key = the page's site) went to
+        // the dashboard server. The browser's own background requests (component updates, network time: key `null`)
+        // are not the page's and are listed in netlog-ignored.txt.
         let log = (try? String(contentsOfFile: netLog, encoding: .utf8)) ?? ""
         #expect(!log.isEmpty, "chromium wrote no net log")
-        let requested = urls(inNetLog: log)
-        #expect(requested.contains { $0.hasPrefix(url) }, "the net log shows no request to the dashboard: \(requested.prefix(5))")
-        let outside = requested.filter { !$0.hasPrefix("http://127.0.0.1:\(port)/") && !$0.hasPrefix("data:") }
-        #expect(outside.isEmpty, "requests outside the server: \(outside)")
+        let requests = requests(inNetLog: log)
+        let page = requests.filter { $0.isolationKey.hasPrefix("http://127.0.0.1 ") }
+        #expect(page.contains { $0.url == url }, "the net log shows no request for the page: \(requests.prefix(5))")
+        #expect(page.contains { $0.url == url + "api/summary" }, "the net log shows no live update request")
+        let outside = page.filter { !$0.url.hasPrefix(url) }
+        #expect(outside.isEmpty, "the page made requests outside the server: \(outside)")
+        let ignored = requests.filter { !$0.isolationKey.hasPrefix("http://127.0.0.1 ") }.map { "\($0.isolationKey)\t\($0.url)" }
+        try ignored.joined(separator: "\n").write(to: outputDirectory.appendingPathComponent("netlog-ignored.txt"), atomically: true, encoding: .utf8)
         for (name, extra) in [("dashboard-light.png", [String]()), ("dashboard-dark.png", ["--force-dark-mode", "--blink-settings=preferredColorScheme=0"])] {
             let shot = outputDirectory.appendingPathComponent(name).path
             _ = try run(chromium, common + extra + ["--user-data-dir=\(profile)-\(name)", "--screenshot=\(shot)", url])
@@ -208,15 +215,17 @@ struct DashboardEndToEndTests {
         print("note: dashboard screenshots and DOM in \(outputDirectory.path)")
     }
 
-    /// The request URLs of a Chromium net log (the `"url":"..."` parameters of its events).
-    static func urls(inNetLog log: String) -> Set<String> {
-        var out: Set<String> = []
-        var rest = Substring(log)
-        while let r = rest.range(of: #""url":""#) {
-            let after = rest[r.upperBound...]
-            guard let end = after.firstIndex(of: "\"") else { break }
-            out.insert(String(after[..<end]))
-            rest = after[end...]
+    /// The URL requests started in a Chromium net log (one event per line): url and network isolation key.
+    static func requests(inNetLog log: String) -> [(url: String, isolationKey: String)] {
+        func value(_ key: String, in line: Substring) -> String? {
+            guard let r = line.range(of: "\"\(key)\":\"") else { return nil }
+            let after = line[r.upperBound...]
+            return after.firstIndex(of: "\"").map { String(after[..<$0]) }
+        }
+        var out: [(url: String, isolationKey: String)] = []
+        for line in log.split(separator: "\n") where line.contains("\"method\":\"") {
+            guard let url = value("url", in: line) else { continue }
+            out.append((url, value("network_isolation_key", in: line) ?? "null"))
         }
         return out
     }
