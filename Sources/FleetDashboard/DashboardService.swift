@@ -114,6 +114,8 @@ public struct DashboardService: Service {
         var kafka = configuration.kafka
         kafka.autoOffsetReset = "earliest"
         if kafka.properties["enable.auto.commit"] == nil { kafka.properties["enable.auto.commit"] = "false" }
+        // A topic created after the start (no rejection yet) is picked up within seconds, not librdkafka's 5 minutes.
+        if kafka.properties["topic.metadata.refresh.interval.ms"] == nil { kafka.properties["topic.metadata.refresh.interval.ms"] = "10000" }
         let group = "fleet-dashboard-\(UUID().uuidString.prefix(8).lowercased())"
         let topics = [configuration.resultTopic, configuration.rejectedTopic]
         let consumer = try KafkaConsumer(configuration: kafka, groupId: group, topics: topics)
