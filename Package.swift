@@ -116,6 +116,19 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
+        // `fleet dashboard`: live aggregates of the result and rejected topics, served over HTTP.
+        .target(
+            name: "FleetDashboard",
+            dependencies: [
+                "EntitlementDomain", "FleetKafka", "FleetOperations",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: strict
+        ),
         // `fleet demo` / `fleet bench pipeline`: the whole stack on embedded defaults, and its traffic generator.
         .target(
             name: "FleetDemo",
@@ -131,6 +144,7 @@ let package = Package(
             dependencies: [
                 "AppStoreVerification", "FleetTestPKI", "EntitlementDomain", "FleetKafka",
                 "FleetOperations", "FleetWorker", "FleetSink", "FleetDemo",
+                "FleetDashboard",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -162,6 +176,9 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]),
+        .testTarget(name: "FleetDashboardTests", dependencies: [
+            "FleetDashboard", "FleetKafka", "FleetOperations", "EntitlementDomain", "AppStoreVerification",
+        ]),
         .testTarget(name: "FleetOperationsTests", dependencies: ["FleetOperations", .product(name: "Logging", package: "swift-log")]),
         .testTarget(name: "FleetCLITests", dependencies: [
             "fleet", "FleetTestPKI", "FleetOperations", "AppStoreVerification", "FleetKafka", "EntitlementDomain",

@@ -118,12 +118,21 @@ public final class DemoRunner: @unchecked Sendable {
             "--database-url", pg.url, "--metrics-port", String(sinkPort), "--shutdown-deadline-seconds", "10",
             "--writers", String(options.sinkWriters),
         ] + Self.mockFetchProperties)
+        if options.keepRunning {  // `fleet dashboard` on the result and rejected topics, live from the start
+            let port = Loopback.freePort()
+            dashboardPort = port
+            try spawn("dashboard", port: port, [
+                "dashboard", "--bootstrap-servers", cluster.bootstrapServers, "--result-topic", Self.resultTopic,
+                "--rejected-topic", Self.rejectedTopic, "--port", String(port),
+            ])
+        }
         say("processes  \(options.workers) verifier worker(s) + 1 sink (\(options.sinkWriters) writer(s)), logs in \(directory)/*.log; waiting for readiness...")
         try await waitReady(timeout: .seconds(90))
         say("ready      all processes report /readyz 200")
     }
 
     var pki: TestPKI?
+    var dashboardPort: Int?
 
     /// librdkafka 2.0.2's mock broker answers an empty fetch only after the full `fetch.wait.max.ms` (500 ms by
     /// default), even when data arrives meanwhile (a real broker answers as soon as data is there). Every hop of the
@@ -313,6 +322,7 @@ public final class DemoRunner: @unchecked Sendable {
         == the stack keeps running (--keep-running)
         Kafka bootstrap servers:  \(cluster.bootstrapServers)
         PostgreSQL:               \(pg.url)
+        Dashboard:                \(dashboardPort.map { "http://127.0.0.1:\($0)/" } ?? "-")
         Watch events:             \(options.executable) tail --bootstrap-servers \(cluster.bootstrapServers) --from-beginning
         Example queries (psql "\(pg.url)"):
           SELECT kind, effect, count(*) FROM entitlement_events GROUP BY 1, 2 ORDER BY 3 DESC;

@@ -137,5 +137,6 @@ EVERYTHING: dict[str, Any] = {
     "migrate": {"enabled": True},
     "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}}},
     "dashboard": {"enabled": True},
+    "liveDashboard": {"enabled": True},
     "imagePullSecrets": [{"name": "registry"}],
 }

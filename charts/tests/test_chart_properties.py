@@ -210,7 +210,7 @@ def test_servicemonitor_selects_the_metrics_services():
 def test_every_pod_is_non_root_read_only_without_privileges(extra):
     r = render(with_mode("keda", extra))
     pods = [d["spec"]["template"]["spec"] for d in r.of_kind("Deployment") + r.of_kind("Job")]
-    assert len(pods) == (3 if extra else 2)
+    assert len(pods) == (4 if extra else 2)  # everything: + migrate Job + live dashboard
     for pod in pods:
         assert pod["securityContext"]["runAsNonRoot"] is True
         assert pod["securityContext"]["runAsUser"] != 0
