@@ -71,7 +71,9 @@ struct Dashboard: AsyncParsableCommand {
             }
             let kafka = KafkaConfiguration(
                 bootstrapServers: try settings.requiredString("bootstrap-servers", flag: bootstrapServers),
-                clientId: "fleet-dashboard", properties: try settings.kafkaProperties(flag: []))
+                clientId: "fleet-dashboard", properties: try settings.kafkaProperties(flag: []),
+                // A viewer never blocks on records deleted before it read them; the reset is still logged and counted.
+                offsetResetPolicy: .earliest)
             config = DashboardConfiguration(
                 kafka: kafka,
                 resultTopic: settings.string("result-topic", flag: resultTopic, default: "entitlements.verified")!,

@@ -106,7 +106,7 @@ struct KafkaSinkTests {
         }
         let first = try startSink(
             bootstrap: cluster.bootstrapServers, topic: "results", rejected: "sink-rejected", url: url, writers: writers)
-        try await waitUntil(timeout: .seconds(90)) { try await count() >= 300 }
+        try await waitUntil(timeout: .seconds(180)) { try await count() >= 300 }
         kill(first.processIdentifier, SIGKILL)
         first.waitUntilExit()
         #expect(first.terminationReason == .uncaughtSignal)
@@ -116,7 +116,7 @@ struct KafkaSinkTests {
         let second = try startSink(
             bootstrap: cluster.bootstrapServers, topic: "results", rejected: "sink-rejected", url: url, writers: writers)
         defer { if second.isRunning { kill(second.processIdentifier, SIGKILL) } }
-        try await waitUntil(timeout: .seconds(90)) { try await count() == Int64(stream.count) }
+        try await waitUntil(timeout: .seconds(180)) { try await count() == Int64(stream.count) }
         // SIGTERM: graceful stop with exit status 0.
         kill(second.processIdentifier, SIGTERM)
         second.waitUntilExit()
