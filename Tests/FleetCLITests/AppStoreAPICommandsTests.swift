@@ -1,0 +1,170 @@
+import AppStoreServerAPI
+import AppStoreVerification
+import Crypto
+import FleetKafka
+import FleetTestPKI
+import FleetTestSupport
+import Foundation
+import Testing
+
+/// `fleet reconcile`, `fleet backfill` and `fleet test-notification` against the strict stand-in for Apple's API,
+/// publishing into an embedded Kafka cluster, run through the built executable.
+@Suite(.serialized)
+struct AppStoreAPICommandsTests {
+    static let pki = try! TestPKI()
+    static let keyId = "2X9R4HXF34"
+    static let issuerId = "57246542-96fe-1a63-e053-0824d011072a"
+    static let bundleId = TestPayloads.bundleId
+
+    struct Setup {
+        var server: AppleAPIStandIn
+        var cluster: EmbeddedKafkaCluster
+        var keyPath: String
+        var topic: String
+
+        func args(_ command: String, keyPath: String? = nil) -> [String] {
+            [command, "--api-base-url", server.baseURL, "--api-key-id", AppStoreAPICommandsTests.keyId,
+             "--api-issuer-id", AppStoreAPICommandsTests.issuerId, "--api-private-key", keyPath ?? self.keyPath,
+             "--bundle-id", AppStoreAPICommandsTests.bundleId, "--bootstrap-servers", cluster.bootstrapServers, "--topic", topic]
+        }
+
+        func stop() async {
+            await server.stop()
+            cluster.shutdown()
+        }
+    }
+
+    static func setup() async throws -> Setup {
+        let (key, pem) = StandInFixtures.apiKey()
+        let server = try await AppleAPIStandIn.start(expecting: .init(keyId: keyId, issuerId: issuerId, bundleId: bundleId, publicKey: key.publicKey))
+        let cluster = try EmbeddedKafkaCluster(brokers: 1)
+        let topic = "appstore.raw.\(UUID().uuidString.prefix(6).lowercased())"
+        try cluster.createTopic(topic, partitions: 3)
+        return Setup(server: server, cluster: cluster, keyPath: try writeTemp(pem, name: "key.p8"), topic: topic)
+    }
+
+    static func writeTemp(_ text: String, name: String) throws -> String {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("fleet-api-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        let path = dir.appendingPathComponent(name).path
+        try text.write(toFile: path, atomically: true, encoding: .utf8)
+        return path
+    }
+
+    /// Every message on `topic` (waits until `count` arrived or 60 s passed).
+    static func consumeAll(_ setup: Setup, count: Int) async throws -> [KafkaMessage] {
+        let consumer = try KafkaConsumer(configuration: KafkaConfiguration(bootstrapServers: setup.cluster.bootstrapServers),
+                                         groupId: "check-\(UUID().uuidString.prefix(6))", topics: [setup.topic])
+        var seen: [KafkaMessage] = []
+        let deadline = ContinuousClock.now + .seconds(60)
+        while seen.count < count, ContinuousClock.now < deadline {
+            seen += try await consumer.nextBatch(maxMessages: 500, timeout: .milliseconds(500))
+        }
+        // A little longer, to catch duplicates.
+        seen += try await consumer.nextBatch(maxMessages: 500, timeout: .seconds(1))
+        _ = await consumer.close(deadline: .seconds(5))
+        return seen
+    }
+
+    static func verifier() -> SignedDataVerifier { SignedDataVerifier(policy: try! pki.policy(), chainCache: ChainCache(capacity: 16)) }
+
+    @Test func reconcileWithThreePagesAndA429PublishesEverythingExactly() async throws {
+        let setup = try await Self.setup()
+        let pages = StandInFixtures.notificationPages(pki: Self.pki, pages: 3, perPage: 5)
+        setup.server.setNotificationHistory(pages: pages, throttlePage: 1, retryAfter: "1")
+        let run = try await PipelineCommandsTests.fleet(
+            setup.args("reconcile") + ["--since", "2026-06-01T00:00:00Z", "--until", "2026-06-02T00:00:00Z"], timeout: .seconds(120))
+        let messages = try await Self.consumeAll(setup, count: 15)
+        await setup.stop()
+        #expect(run.status == 0, "stdout: \(run.stdout)\nstderr: \(run.stderr)")
+        #expect(run.stdout.contains("reconcile: 3 page(s), 15 published, 0 skipped"), "\(run.stdout)")
+        #expect(run.stderr.contains("retrying /inApps/v1/notifications/history"), "\(run.stderr)")
+        let all = pages.flatMap { $0 }
+        #expect(messages.count == all.count)
+        #expect(Set(messages.map { String(decoding: $0.value, as: UTF8.self) }) == Set(all))
+        for m in messages {
+            let jws = String(decoding: m.value, as: UTF8.self)
+            #expect(m.key.map { String(decoding: $0, as: UTF8.self) } == UnverifiedJWS.string(jws, "notificationUUID"))
+            #expect(throws: Never.self) { try Self.verifier().verifyNotification(jws) }
+        }
+        let log = setup.server.requests
+        #expect(log.allSatisfy { $0.tokenProblem == nil })
+        #expect(log.map(\.status) == [200, 429, 200, 200], "the throttled page retried once")
+        let body = try JSONDecoder().decode(NotificationHistoryRequest.self, from: Data(log[0].body.utf8))
+        #expect(body.startDate == 1_780_272_000_000 && body.endDate == 1_780_358_400_000)
+        #expect(!run.stderr.contains("PRIVATE KEY") && !run.stdout.contains("PRIVATE KEY"))
+    }
+
+    @Test func aWrongKeyGetsAClear401AndExitCode2() async throws {
+        let setup = try await Self.setup()
+        setup.server.setNotificationHistory(pages: [[]])
+        let otherKey = try Self.writeTemp(P256.Signing.PrivateKey().pemRepresentation, name: "other.p8")
+        let run = try await PipelineCommandsTests.fleet(
+            setup.args("reconcile", keyPath: otherKey) + ["--since", "1780272000000"], timeout: .seconds(60))
+        await setup.stop()
+        #expect(run.status == 2, "stderr: \(run.stderr)")
+        #expect(run.stderr.contains("refused the credentials (401)"))
+        #expect(run.stderr.contains("key id '\(Self.keyId)'"))
+        #expect(setup.server.requests.count == 1, "401 is not retried")
+        #expect(!run.stderr.contains("PRIVATE KEY"))
+        // A file that is not a key: a clear error, no crash, no key material.
+        let notAKey = try Self.writeTemp("-----BEGIN PRIVATE KEY-----\nbm90IGEga2V5\n-----END PRIVATE KEY-----\n", name: "bad.p8")
+        let bad = try await PipelineCommandsTests.fleet(setup.args("reconcile", keyPath: notAKey) + ["--since", "1780272000000"], timeout: .seconds(60))
+        #expect(bad.status != 0 && bad.status != 2)
+        #expect(bad.stderr.contains("is not an ES256 (P-256) private key"), "\(bad.stderr)")
+        #expect(!bad.stderr.contains("bm90IGEga2V5"))
+    }
+
+    @Test func backfillPublishesALongHistoryAndTheStatuses() async throws {
+        let setup = try await Self.setup()
+        let h = StandInFixtures.subscriptionHistory(pki: Self.pki, count: 45)
+        setup.server.addHistory(originalTransactionId: h.originalTransactionId, transactionIds: h.transactionIds,
+                                signedTransactions: h.signedTransactions, status: h.status)
+        setup.server.failNext(1, status: 503, pathPrefix: "/inApps/v2/history")
+        let run = try await PipelineCommandsTests.fleet(setup.args("backfill") + ["--transaction-id", h.transactionIds[44]], timeout: .seconds(120))
+        let messages = try await Self.consumeAll(setup, count: 47)
+        await setup.stop()
+        #expect(run.status == 0, "stdout: \(run.stdout)\nstderr: \(run.stderr)")
+        #expect(run.stdout.contains("3 history page(s), 45 transaction(s) and 2 status document(s) published, 0 not found"), "\(run.stdout)")
+        let values = messages.map { String(decoding: $0.value, as: UTF8.self) }
+        #expect(values.count == 47)
+        #expect(Set(values) == Set(h.signedTransactions + [h.status.signedRenewalInfo!]))
+        #expect(values.filter { $0 == h.signedTransactions[44] }.count == 2, "history and status both carry the latest")
+        let verifier = Self.verifier()
+        for v in values { #expect(throws: Never.self) { try verifier.verify(v) } }
+        #expect(setup.server.requests.allSatisfy { $0.tokenProblem == nil })
+        #expect(setup.server.requests.map(\.status) == [503, 200, 200, 200, 200])
+    }
+
+    @Test func backfillOfAnUnknownTransactionSaysSoAndFails() async throws {
+        let setup = try await Self.setup()
+        let run = try await PipelineCommandsTests.fleet(setup.args("backfill") + ["--transaction-id", "4242"], timeout: .seconds(60))
+        await setup.stop()
+        #expect(run.status == 1)
+        #expect(run.stderr.contains("4242: not found"), "\(run.stderr)")
+        #expect(run.stderr.contains("errorCode 4040010"))
+    }
+
+    @Test func testNotificationReportsTheOutcome() async throws {
+        let setup = try await Self.setup()
+        setup.server.setTestNotificationPayload(Self.pki.signNotification(type: .test))
+        let run = try await PipelineCommandsTests.fleet(setup.args("test-notification") + ["--publish"], timeout: .seconds(60))
+        let messages = try await Self.consumeAll(setup, count: 1)
+        await setup.stop()
+        #expect(run.status == 0, "stdout: \(run.stdout)\nstderr: \(run.stderr)")
+        #expect(run.stdout.contains("send attempt") && run.stdout.contains("SUCCESS"))
+        #expect(run.stdout.contains("outcome: delivered"))
+        #expect(messages.count == 1)
+    }
+
+    @Test func missingSettingsAreNamed() async throws {
+        let run = try await PipelineCommandsTests.fleet(["reconcile", "--since", "2026-06-01T00:00:00Z"], timeout: .seconds(30))
+        #expect(run.status != 0)
+        #expect(run.stderr.contains("--api-key-id") || run.stderr.contains("FLEET_API_KEY_ID"), "\(run.stderr)")
+        let help = try await PipelineCommandsTests.fleet(["reconcile", "--help"], timeout: .seconds(30))
+        for flag in ["--api-base-url", "--api-key-id", "--api-issuer-id", "--api-private-key", "--bundle-id", "--environment",
+                     "--bootstrap-servers", "--topic", "--since", "--until", "--only-failures", "--database-url"] {
+            #expect(help.stdout.contains(flag), "\(flag) in --help")
+        }
+    }
+}
