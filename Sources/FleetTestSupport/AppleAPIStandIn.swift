@@ -4,7 +4,15 @@ import Foundation
 import HTTPTypes
 import Hummingbird
 import NIOCore
+import Logging
 import Synchronization
+
+/// The stand-in's own server logs (startup, cancellation at stop) are noise in test output.
+private let quietLogger: Logger = {
+    var l = Logger(label: "appstore-api-stand-in")
+    l.logLevel = .critical
+    return l
+}()
 
 /// A strict local stand-in for Apple's App Store Server API (tests and local runs only).
 ///
@@ -95,7 +103,7 @@ public final class AppleAPIStandIn: Sendable {
             onServerRunning: { channel in
                 portSink.yield(channel.localAddress?.port ?? 0)
                 portSink.finish()
-            })
+            }, logger: quietLogger)
         let task = Task { defer { portSink.finish() }; try await app.runService() }
         var port = 0
         for await p in ports { port = p }

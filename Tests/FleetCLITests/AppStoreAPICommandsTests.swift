@@ -157,6 +157,56 @@ struct AppStoreAPICommandsTests {
         #expect(messages.count == 1)
     }
 
+    /// What reconcile and backfill publish is what a worker accepts: every document verifies against the test
+    /// PKI's root (no rejection) and gives at least one event.
+    @Test func aWorkerVerifiesEverythingReconcileAndBackfillPublished() async throws {
+        let setup = try await Self.setup()
+        let pages = StandInFixtures.notificationPages(pki: Self.pki, pages: 3, perPage: 4)
+        setup.server.setNotificationHistory(pages: pages, throttlePage: 2)
+        let h = StandInFixtures.subscriptionHistory(pki: Self.pki, count: 45)
+        setup.server.addHistory(originalTransactionId: h.originalTransactionId, transactionIds: h.transactionIds,
+                                signedTransactions: h.signedTransactions, status: h.status)
+        let reconcile = try await PipelineCommandsTests.fleet(setup.args("reconcile") + ["--since", "2d"], timeout: .seconds(120))
+        #expect(reconcile.status == 0, "\(reconcile.stderr)")
+        let backfill = try await PipelineCommandsTests.fleet(setup.args("backfill") + ["--transaction-id", h.originalTransactionId], timeout: .seconds(120))
+        #expect(backfill.status == 0, "\(backfill.stderr)")
+        let inputs = 12 + 45 + 2
+        let result = "result.\(setup.topic)", rejected = "rejected.\(setup.topic)"
+        try setup.cluster.createTopic(result, partitions: 1)
+        try setup.cluster.createTopic(rejected, partitions: 1)
+        let root = try Self.writeTemp("", name: "root.der")
+        try Data(Self.pki.rootDER).write(to: URL(fileURLWithPath: root))
+        let worker = Process()
+        worker.executableURL = try #require(FleetExecutable.url)
+        worker.arguments = ["worker", "--bootstrap-servers", setup.cluster.bootstrapServers, "--input-topic", setup.topic,
+                            "--result-topic", result, "--rejected-topic", rejected, "--root-certificate", root,
+                            "--bundle-id", Self.bundleId, "--environment", "Sandbox", "--group", "w-\(UUID().uuidString.prefix(6))",
+                            "--metrics-port", "0", "--threads", "1"]
+        worker.standardOutput = FileHandle.nullDevice
+        worker.standardError = FileHandle.nullDevice
+        try worker.run()
+        let consumer = try KafkaConsumer(configuration: KafkaConfiguration(bootstrapServers: setup.cluster.bootstrapServers),
+                                         groupId: "check-\(UUID().uuidString.prefix(6))", topics: [result, rejected])
+        var sources = Set<Int64>()
+        var rejections = 0
+        let deadline = ContinuousClock.now + .seconds(120)
+        while sources.count < inputs, ContinuousClock.now < deadline {
+            for m in try await consumer.nextBatch(maxMessages: 500, timeout: .milliseconds(500)) {
+                if m.topic == rejected { rejections += 1; continue }
+                let event = try JSONValue.parse(String(decoding: m.value, as: UTF8.self))
+                if let p = event["source"]?["partition"]?.int64Value, let o = event["source"]?["offset"]?.int64Value {
+                    sources.insert(p * 1_000_000 + o)
+                }
+            }
+        }
+        _ = await consumer.close(deadline: .seconds(5))
+        worker.terminate()
+        worker.waitUntilExit()
+        await setup.stop()
+        #expect(rejections == 0)
+        #expect(sources.count == inputs, "every input gave at least one verified event")
+    }
+
     @Test func missingSettingsAreNamed() async throws {
         let run = try await PipelineCommandsTests.fleet(["reconcile", "--since", "2026-06-01T00:00:00Z"], timeout: .seconds(30))
         #expect(run.status != 0)
