@@ -194,7 +194,7 @@ let package = Package(
         .testTarget(name: "FleetOperationsTests", dependencies: ["FleetOperations", .product(name: "Logging", package: "swift-log")]),
         .testTarget(name: "FleetCLITests", dependencies: [
             "fleet", "FleetTestPKI", "AppStoreVerification", "FleetKafka", "EntitlementDomain",
-            "FleetTestSupport", "AppStoreServerAPI",
+            "FleetTestSupport", "AppStoreServerAPI", "FleetSink",
             .product(name: "Crypto", package: "swift-crypto"),
         ]),
         .testTarget(name: "FleetResponderTests", dependencies: [

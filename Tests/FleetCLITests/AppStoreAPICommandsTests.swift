@@ -2,6 +2,7 @@ import AppStoreServerAPI
 import AppStoreVerification
 import Crypto
 import FleetKafka
+import FleetSink
 import FleetTestPKI
 import FleetTestSupport
 import Foundation
@@ -205,6 +206,58 @@ struct AppStoreAPICommandsTests {
         await setup.stop()
         #expect(rejections == 0)
         #expect(sources.count == inputs, "every input gave at least one verified event")
+    }
+
+    /// Runs SQL with psql (the client that comes with the PostgreSQL server binaries).
+    static func psql(_ server: ThrowawayPostgres, _ url: String, _ sql: String) throws {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: server.binDirectory + "/psql")
+        if !FileManager.default.isExecutableFile(atPath: p.executableURL!.path) { p.executableURL = URL(fileURLWithPath: "/usr/bin/psql") }
+        p.arguments = ["-q", "-v", "ON_ERROR_STOP=1", url, "-c", sql]
+        p.standardOutput = FileHandle.nullDevice
+        try p.run()
+        p.waitUntilExit()
+        #expect(p.terminationStatus == 0, "psql: \(sql)")
+    }
+
+    @Test func withTheSinkDatabaseReconcileSkipsStoredNotificationsAndBackfillWalksItsTransactions() async throws {
+        let server = try await ThrowawayPostgres(database: "cli_api")
+        defer { server.destroy() }
+        let url = server.url
+        let migrate = try await PipelineCommandsTests.fleet(["migrate", "--database-url", url], timeout: .seconds(120))
+        #expect(migrate.status == 0, "\(migrate.stderr)")
+        let setup = try await Self.setup()
+        let pages = StandInFixtures.notificationPages(pki: Self.pki, pages: 2, perPage: 3)
+        setup.server.setNotificationHistory(pages: pages)
+        let storedUUID = try #require(UnverifiedJWS.string(pages[1][0], "notificationUUID"))
+        try Self.psql(server, url, """
+            INSERT INTO notifications (notification_uuid, environment, notification_type, signed_date, signed_date_ms, payload,
+                source_topic, source_partition, source_offset, received_at, applied_at)
+            VALUES ('\(storedUUID)', 'Sandbox', 'DID_RENEW', now(), 1, '{}', 'appstore.raw', 0, 0, now(), now())
+            """)
+        let reconcile = try await PipelineCommandsTests.fleet(
+            setup.args("reconcile") + ["--since", "1d", "--database-url", url], timeout: .seconds(120))
+        #expect(reconcile.status == 0, "\(reconcile.stderr)")
+        #expect(reconcile.stdout.contains("2 page(s), 5 published, 1 skipped"), "\(reconcile.stdout)")
+
+        let a = StandInFixtures.subscriptionHistory(pki: Self.pki, count: 3), b = StandInFixtures.subscriptionHistory(pki: Self.pki, count: 2)
+        for h in [a, b] {
+            setup.server.addHistory(originalTransactionId: h.originalTransactionId, transactionIds: h.transactionIds,
+                                    signedTransactions: h.signedTransactions, status: h.status)
+            try Self.psql(server, url, """
+                INSERT INTO transactions (environment, transaction_id, signed_date_ms, signed_date, original_transaction_id, payload, event_id)
+                VALUES ('Sandbox', '\(h.transactionIds.last!)', 1, now(), '\(h.originalTransactionId)', '{}', 'e-\(h.originalTransactionId)')
+                """)
+        }
+        let backfill = try await PipelineCommandsTests.fleet(
+            setup.args("backfill") + ["--from-database", "--database-url", url, "--requests-per-second", "20"], timeout: .seconds(120))
+        let messages = try await Self.consumeAll(setup, count: 5 + 3 + 2 + 4)
+        await setup.stop()
+        #expect(backfill.status == 0, "\(backfill.stderr)")
+        #expect(backfill.stderr.contains("2 originalTransactionId(s) from the database"))
+        #expect(backfill.stdout.contains("2 id(s), 2 history page(s), 5 transaction(s) and 4 status document(s) published"), "\(backfill.stdout)")
+        #expect(messages.count == 5 + 5 + 4)
+        #expect(!messages.contains { String(decoding: $0.value, as: UTF8.self) == pages[1][0] }, "the stored one was skipped")
     }
 
     @Test func missingSettingsAreNamed() async throws {
