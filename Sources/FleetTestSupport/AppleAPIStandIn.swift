@@ -71,6 +71,11 @@ public final class AppleAPIStandIn: Sendable {
         var consumption: [ConsumptionCall] = []
         var testNotifications: [String: String] = [:]
         var testNotificationPayload: String?
+        /// The next this-many requests are answered only after `stallFor` (to exercise client timeouts).
+        var stallNext = 0
+        /// Requests received (counted on arrival, before any stall).
+        var arrivals = 0
+        var stallFor: Duration = .zero
     }
 
     public let expectation: Expectation
@@ -93,6 +98,13 @@ public final class AppleAPIStandIn: Sendable {
                 var request = request
                 let body = (try? await request.collectBody(upTo: 1 << 20)).map { String(buffer: $0) } ?? ""
                 guard let server = holder.value.withLock({ $0 }) else { return Response(status: .serviceUnavailable) }
+                let stall = server.state.withLock { s -> Duration? in
+                    s.arrivals += 1
+                    guard s.stallNext > 0 else { return nil }
+                    s.stallNext -= 1
+                    return s.stallFor
+                }
+                if let stall { try? await Task.sleep(for: stall) }
                 return server.handle(method: request.method.rawValue, path: request.uri.path, query: request.uri.query ?? "",
                                      authorization: request.headers[.authorization], body: body)
             }
@@ -152,9 +164,23 @@ public final class AppleAPIStandIn: Sendable {
         state.withLock { s in s.failNext += Array(repeating: (status, pathPrefix), count: count) }
     }
 
+    /// The next `count` requests are answered only after `duration`.
+    public func stallNext(_ count: Int, for duration: Duration) {
+        state.withLock { s in
+            s.stallNext = count
+            s.stallFor = duration
+        }
+    }
+
+    /// Refunded transactions (signed, as Get Refund History returns them) of a history added with `addHistory`.
+    public func setRefunds(originalTransactionId: String, signedTransactions: [String]) {
+        state.withLock { $0.refunds[originalTransactionId] = signedTransactions }
+    }
+
     /// What Get Test Notification Status returns for a requested test notification.
     public func setTestNotificationPayload(_ signedPayload: String) { state.withLock { $0.testNotificationPayload = signedPayload } }
 
     public var requests: [RecordedRequest] { state.withLock { $0.requests } }
+    public var arrivals: Int { state.withLock { $0.arrivals } }
     public var consumptionCalls: [ConsumptionCall] { state.withLock { $0.consumption } }
 }

@@ -19,10 +19,10 @@ enum API {
 
     static func client(_ key: P256.Signing.PrivateKey, _ server: AppleAPIStandIn, keyId: String = API.keyId,
                        retry: RetryPolicy = RetryPolicy(maxAttempts: 4, baseDelay: .milliseconds(20), maxDelay: .milliseconds(200)),
-                       concurrency: Int = 4) -> AppStoreServerAPIClient {
+                       concurrency: Int = 4, timeout: Duration = .seconds(30)) -> AppStoreServerAPIClient {
         AppStoreServerAPIClient(
             credentials: APICredentials(keyId: keyId, issuerId: issuerId, bundleId: bundleId, privateKey: key),
-            configuration: .init(baseURL: server.baseURL + "/", retry: retry, maxConcurrentRequests: concurrency, requestTimeout: .seconds(30)))
+            configuration: .init(baseURL: server.baseURL + "/", retry: retry, maxConcurrentRequests: concurrency, requestTimeout: timeout))
     }
 
     static func verifier() -> SignedDataVerifier {
@@ -239,6 +239,31 @@ enum API {
         #expect(server.consumptionCalls == [.init(transactionId: h.originalTransactionId, body: body)])
         #expect(server.requests.first?.method == "PUT")
         #expect(server.requests.first?.body.contains(#""deliveryStatus":"DELIVERED""#) == true)
+    }
+
+    @Test func aStalledRequestTimesOutAndIsRetried() async throws {
+        let key = P256.Signing.PrivateKey()
+        let server = try await API.standIn(key)
+        let h = StandInFixtures.subscriptionHistory(pki: API.pki, count: 2)
+        server.addHistory(originalTransactionId: h.originalTransactionId, transactionIds: h.transactionIds, signedTransactions: h.signedTransactions)
+        server.setRefunds(originalTransactionId: h.originalTransactionId, signedTransactions: [h.signedTransactions[1]])
+        server.stallNext(1, for: .seconds(5))
+        let client = API.client(key, server, timeout: .seconds(1))
+        let refunds = try await client.refundHistory(transactionId: h.transactionIds[0])
+        #expect(refunds.signedTransactions == [h.signedTransactions[1]])
+        #expect(refunds.hasMore == false)
+        #expect(server.arrivals == 2, "the stalled attempt was abandoned at the timeout and retried")
+        server.stallNext(10, for: .seconds(3))
+        let failing = API.client(key, server, retry: RetryPolicy(maxAttempts: 2, baseDelay: .milliseconds(10)), timeout: .milliseconds(500))
+        do {
+            _ = try await failing.refundHistory(transactionId: h.transactionIds[0])
+            Issue.record("expected a timeout")
+        } catch {
+            guard case .retriesExhausted(let attempts, let last, _) = error else { Issue.record("\(error)"); return }
+            #expect(attempts == 2)
+            #expect(last.contains("network error"), "\(last)")
+        }
+        await server.stop()
     }
 
     @Test func testNotificationRoundTrip() async throws {
