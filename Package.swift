@@ -28,6 +28,7 @@ let package = Package(
         // Already in the graph through postgres-nio; named so FleetSink can import NIOCore/NIOSSL directly.
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.3"),
         .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
+        .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
     ],
     targets: [
         // All librdkafka C calls go through this system library, used only by FleetKafka.
@@ -139,12 +140,48 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
+        // App Store Server API client (ES256 JWT, typed endpoints, retry rules). No Kafka, no PostgreSQL.
+        .target(
+            name: "AppStoreServerAPI",
+            dependencies: [
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
+        // `fleet responder`: answers CONSUMPTION_REQUESTs with Consumption Information v2, recorded in PostgreSQL.
+        .target(
+            name: "FleetResponder",
+            dependencies: [
+                "AppStoreServerAPI", "EntitlementDomain", "FleetKafka", "FleetSink",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: strict
+        ),
+        // A strict local stand-in for Apple's App Store Server API (tests only).
+        .target(
+            name: "FleetTestSupport",
+            dependencies: [
+                "AppStoreServerAPI", "FleetTestPKI",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
         .executableTarget(
             name: "fleet",
             dependencies: [
                 "AppStoreVerification", "FleetTestPKI", "EntitlementDomain", "FleetKafka",
                 "FleetOperations", "FleetWorker", "FleetSink", "FleetDemo",
                 "FleetDashboard",
+                "AppStoreServerAPI", "FleetResponder",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -182,6 +219,18 @@ let package = Package(
         .testTarget(name: "FleetOperationsTests", dependencies: ["FleetOperations", .product(name: "Logging", package: "swift-log")]),
         .testTarget(name: "FleetCLITests", dependencies: [
             "fleet", "FleetTestPKI", "FleetOperations", "AppStoreVerification", "FleetKafka", "EntitlementDomain",
+            "FleetTestSupport", "AppStoreServerAPI", "FleetSink",
+            .product(name: "Crypto", package: "swift-crypto"),
+        ]),
+        .testTarget(name: "FleetResponderTests", dependencies: [
+            "FleetResponder", "FleetSink", "FleetKafka", "FleetTestSupport", "FleetTestPKI", "AppStoreServerAPI", "EntitlementDomain",
+            .product(name: "PostgresNIO", package: "postgres-nio"),
+            .product(name: "Logging", package: "swift-log"),
+            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            .product(name: "Crypto", package: "swift-crypto"),
+        ]),
+        .testTarget(name: "AppStoreServerAPITests", dependencies: [
+            "AppStoreServerAPI", "FleetTestSupport", "FleetTestPKI", "AppStoreVerification",
             .product(name: "Crypto", package: "swift-crypto"),
         ]),
     ],

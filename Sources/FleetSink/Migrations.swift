@@ -249,6 +249,51 @@ public enum SinkSchema {
             $$
             """,
         ]),
+        // `fleet responder`: one row per CONSUMPTION_REQUEST (by notificationUUID) with the answer sent and Apple's
+        // response; the app records consent and, when it knows it, how much was consumed.
+        Migration(version: 4, name: "consumption answers", statements: [
+            """
+            CREATE TABLE consumption_answers (
+                notification_uuid       text PRIMARY KEY,
+                environment             text NOT NULL,
+                transaction_id          text NOT NULL,
+                original_transaction_id text,
+                subject                 text,
+                requested_at            timestamptz NOT NULL,
+                deadline_at             timestamptz NOT NULL,
+                state                   text NOT NULL CHECK (state IN ('pending', 'sending', 'sent', 'failed', 'expired')),
+                attempts                integer NOT NULL DEFAULT 0,
+                next_attempt_at         timestamptz NOT NULL,
+                request                 jsonb,
+                customer_consented      boolean,
+                delivery_status         text,
+                consumption_percentage  integer,
+                refund_preference       text,
+                response_status         integer,
+                response_error          text,
+                sent_at                 timestamptz,
+                created_at              timestamptz NOT NULL,
+                updated_at              timestamptz NOT NULL
+            )
+            """,
+            "CREATE INDEX consumption_answers_due ON consumption_answers (state, next_attempt_at)",
+            """
+            CREATE TABLE consumption_consent (
+                subject     text PRIMARY KEY,
+                consented   boolean NOT NULL,
+                recorded_at timestamptz NOT NULL DEFAULT now()
+            )
+            """,
+            """
+            CREATE TABLE consumption_usage (
+                environment            text NOT NULL,
+                transaction_id         text NOT NULL,
+                consumption_percentage integer NOT NULL CHECK (consumption_percentage BETWEEN 0 AND 100000),
+                updated_at             timestamptz NOT NULL DEFAULT now(),
+                PRIMARY KEY (environment, transaction_id)
+            )
+            """,
+        ]),
     ]
 
     /// A fixed key for `pg_advisory_lock`, so that two migrators never run at the same time.

@@ -9,6 +9,7 @@ struct Fleet: AsyncParsableCommand {
             Verify.self, Worker.self, Sink.self, Migrate.self, Tail.self, Demo.self, Bench.self,
             DevKafka.self, Publish.self, Lag.self, Consume.self,
             Dashboard.self,
+            Reconcile.self, Backfill.self, TestNotification.self, Responder.self,
         ]
     )
 }

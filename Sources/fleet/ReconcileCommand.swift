@@ -1,0 +1,128 @@
+import AppStoreServerAPI
+import ArgumentParser
+import FleetOperations
+import FleetSink
+import Foundation
+import Logging
+import PostgresNIO
+
+/// `fleet reconcile`: Get Notification History for a window, every `signedPayload` onto the raw topic.
+struct Reconcile: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Fetch App Store notification history for a time window and publish every signed notification to the raw topic.",
+        discussion: """
+            Apple keeps 180 days of history. Each page is published (and acknowledged by Kafka) before the next is
+            requested. With --database-url, notifications the sink already stored (by notificationUUID, read from the
+            unverified payload) are skipped; without it everything is published and the sink's dedupe by
+            notificationUUID makes a rerun harmless. Progress on stderr; one summary line on stdout.
+            Exit codes: 0 done, 1 failure, 2 credentials refused (401).
+            """
+    )
+
+    @OptionGroup var api: AppStoreAPIOptions
+    @OptionGroup var kafka: RawTopicOptions
+
+    @Option(help: "Window start: ISO-8601 (2026-11-01T00:00:00Z), epoch milliseconds, or a duration ago (6h, 2d).")
+    var since: String?
+
+    @Option(help: "Window end (default: now).")
+    var until: String?
+
+    @Flag(name: .customLong("only-failures"), help: "Only notifications Apple failed to deliver.")
+    var onlyFailures = false
+
+    @Option(name: .customLong("database-url"), help: "Sink database: skip notifications already stored (env FLEET_DATABASE_URL).")
+    var databaseURL: String?
+
+    func run() async throws {
+        let s = try await api.settings()
+        let sinceText = try requireSetting(s.string("since", flag: since), "since")
+        guard let start = APITime.parse(sinceText) else {
+            throw ValidationError("--since '\(sinceText)' is neither ISO-8601 nor epoch milliseconds")
+        }
+        let end: Int64
+        if let u = s.string("until", flag: until) {
+            guard let parsed = APITime.parse(u) else { throw ValidationError("--until '\(u)' is neither ISO-8601 nor epoch milliseconds") }
+            end = parsed
+        } else {
+            end = Int64(Date().timeIntervalSince1970 * 1000)
+        }
+        guard start < end else { throw ValidationError("--since must be before --until") }
+        if Int64(Date().timeIntervalSince1970 * 1000) - start > 180 * 86_400_000 {
+            writeStderr("warning: --since is more than 180 days ago; Apple keeps 180 days of notification history")
+        }
+        let client = try api.client(s)
+        let onlyFailures = try s.bool("only-failures", flag: self.onlyFailures)
+        let dbURL = s.string("database-url", flag: databaseURL)
+        let (publisher, topic) = try kafka.producer(s)
+        let known: KnownNotifications?
+        if let dbURL {
+            do { known = try await KnownNotifications(url: dbURL) } catch {
+                await publisher.close()
+                throw ValidationError("cannot use --database-url: \(error)")
+            }
+        } else {
+            known = nil
+        }
+        var pages = 0, published = 0, skipped = 0
+        defer { writeStdout("reconcile: \(pages) page(s), \(published) published, \(skipped) skipped (\(APITime.format(start)) .. \(APITime.format(end)) -> \(topic))") }
+        do {
+            try await runAPICommand {
+                let request = NotificationHistoryRequest(startDate: start, endDate: end, onlyFailures: onlyFailures ? true : nil)
+                var token: String? = nil
+                repeat {
+                    let page = try await client.notificationHistory(request, paginationToken: token)
+                    pages += 1
+                    var documents = page.notificationHistory.map(\.signedPayload)
+                    if let known {
+                        let stored = try await known.stored(documents.compactMap { UnverifiedJWS.string($0, "notificationUUID") })
+                        let before = documents.count
+                        documents.removeAll { UnverifiedJWS.string($0, "notificationUUID").map(stored.contains) ?? false }
+                        skipped += before - documents.count
+                    }
+                    try await publisher.publish(documents, keyField: .notificationUUID)
+                    published += documents.count
+                    writeStderr("page \(pages): \(page.notificationHistory.count) notification(s), \(documents.count) published\(page.hasMore ? ", more to come" : "")")
+                    guard page.hasMore else { break }
+                    guard let next = page.paginationToken, next != token else {
+                        throw AppStoreServerAPIError.malformedResponse(path: "/inApps/v1/notifications/history", reason: "hasMore without a new paginationToken")
+                    }
+                    token = next
+                } while true
+            }
+        } catch {
+            await known?.close()
+            await publisher.close()
+            throw error
+        }
+        await known?.close()
+        await publisher.close()
+    }
+}
+
+func requireSetting(_ value: String?, _ key: String) throws -> String {
+    guard let value else { throw ValidationError(FleetSettings.Error.missing(key: key).description) }
+    return value
+}
+
+/// Looks up which notificationUUIDs the sink has already stored.
+final class KnownNotifications: Sendable {
+    let connection: PostgresConnection
+    let logger = Logger(label: "fleet.reconcile")
+
+    init(url: String) async throws {
+        connection = try await PostgresConnection.connect(
+            configuration: try DatabaseURL(url).connectionConfiguration(), id: 1, logger: logger)
+    }
+
+    func stored(_ uuids: [String]) async throws -> Set<String> {
+        guard !uuids.isEmpty else { return [] }
+        var found = Set<String>()
+        let rows = try await connection.query(
+            "SELECT notification_uuid FROM notifications WHERE notification_uuid = ANY(\(uuids))", logger: logger)
+        for try await uuid in rows.decode(String.self) { found.insert(uuid) }
+        return found
+    }
+
+    func close() async { try? await connection.close() }
+}
