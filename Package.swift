@@ -108,11 +108,27 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
+        // `fleet ingest`: the HTTP front door (Apple's notifications, apps' transactions) publishing to the raw topic.
+        .target(
+            name: "FleetIngest",
+            dependencies: [
+                "AppStoreVerification", "EntitlementDomain", "FleetKafka", "FleetOperations", "FleetWorker",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: strict
+        ),
+        // A small blocking HTTP/1.1 keep-alive client for `fleet ingest` (demo traffic, `fleet bench ingest`, tests).
+        .target(name: "FleetIngestClient", swiftSettings: strict),
         // `fleet demo` / `fleet bench pipeline`: the whole stack on embedded defaults, and its traffic generator.
         .target(
             name: "FleetDemo",
             dependencies: [
                 "AppStoreVerification", "FleetTestPKI", "EntitlementDomain", "FleetKafka", "FleetOperations", "FleetSink",
+                "FleetIngestClient",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -123,6 +139,7 @@ let package = Package(
             dependencies: [
                 "AppStoreVerification", "FleetTestPKI", "EntitlementDomain", "FleetKafka",
                 "FleetOperations", "FleetWorker", "FleetSink", "FleetDemo",
+                "FleetIngest", "FleetIngestClient",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -154,9 +171,15 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]),
+        .testTarget(name: "FleetIngestTests", dependencies: [
+            "FleetIngest", "FleetIngestClient", "FleetKafka", "FleetWorker", "FleetTestPKI", "FleetOperations",
+            "AppStoreVerification", "EntitlementDomain", .product(name: "Logging", package: "swift-log"),
+            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+        ]),
         .testTarget(name: "FleetOperationsTests", dependencies: ["FleetOperations", .product(name: "Logging", package: "swift-log")]),
         .testTarget(name: "FleetCLITests", dependencies: [
             "fleet", "FleetTestPKI", "AppStoreVerification", "FleetKafka", "EntitlementDomain",
+            "FleetIngestClient", "FleetOperations",
             .product(name: "Crypto", package: "swift-crypto"),
         ]),
     ],

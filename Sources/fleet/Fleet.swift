@@ -8,6 +8,7 @@ struct Fleet: AsyncParsableCommand {
         subcommands: [
             Verify.self, Worker.self, Sink.self, Migrate.self, Tail.self, Demo.self, Bench.self,
             DevKafka.self, Publish.self, Lag.self, Consume.self,
+            Ingest.self,
         ]
     )
 }
