@@ -60,7 +60,9 @@ public final class IngestService: Service, Sendable {
         let app = Application(
             router: router,
             server: .http1(configuration: .init(idleTimeout: .nanoseconds(idle.seconds * 1_000_000_000 + idle.attoseconds / 1_000_000_000))),
-            configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "fleet-ingest"),
+            // A deep accept backlog: bursts of new connections (Apple, many apps at once) wait instead of being refused.
+            configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "fleet-ingest",
+                                 backlog: max(256, configuration.maxInFlight)),
             onServerRunning: { channel in
                 readiness.set(IngestService.readinessCondition, true)
                 await onListening(channel.localAddress?.port ?? port)
