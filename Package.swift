@@ -130,11 +130,27 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
+        // `fleet ingest`: the HTTP front door (Apple's notifications, apps' transactions) publishing to the raw topic.
+        .target(
+            name: "FleetIngest",
+            dependencies: [
+                "AppStoreVerification", "EntitlementDomain", "FleetKafka", "FleetOperations", "FleetWorker",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ],
+            swiftSettings: strict
+        ),
+        // A small blocking HTTP/1.1 keep-alive client for `fleet ingest` (demo traffic, `fleet bench ingest`, tests).
+        .target(name: "FleetIngestClient", swiftSettings: strict),
         // `fleet demo` / `fleet bench pipeline`: the whole stack on embedded defaults, and its traffic generator.
         .target(
             name: "FleetDemo",
             dependencies: [
                 "AppStoreVerification", "FleetTestPKI", "EntitlementDomain", "FleetKafka", "FleetOperations", "FleetSink",
+                "FleetIngestClient",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -182,6 +198,7 @@ let package = Package(
                 "FleetOperations", "FleetWorker", "FleetSink", "FleetDemo",
                 "FleetDashboard",
                 "AppStoreServerAPI", "FleetResponder",
+                "FleetIngest", "FleetIngestClient",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -213,13 +230,18 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]),
+        .testTarget(name: "FleetIngestTests", dependencies: [
+            "FleetIngest", "FleetIngestClient", "FleetKafka", "FleetWorker", "FleetTestPKI", "FleetOperations",
+            "AppStoreVerification", "EntitlementDomain", .product(name: "Logging", package: "swift-log"),
+            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+        ]),
         .testTarget(name: "FleetDashboardTests", dependencies: [
             "FleetDashboard", "FleetKafka", "FleetOperations", "EntitlementDomain", "AppStoreVerification",
         ]),
         .testTarget(name: "FleetOperationsTests", dependencies: ["FleetOperations", .product(name: "Logging", package: "swift-log")]),
         .testTarget(name: "FleetCLITests", dependencies: [
             "fleet", "FleetTestPKI", "FleetOperations", "AppStoreVerification", "FleetKafka", "EntitlementDomain",
-            "FleetTestSupport", "AppStoreServerAPI", "FleetSink",
+            "FleetTestSupport", "AppStoreServerAPI", "FleetSink", "FleetIngestClient",
             .product(name: "Crypto", package: "swift-crypto"),
         ]),
         .testTarget(name: "FleetResponderTests", dependencies: [

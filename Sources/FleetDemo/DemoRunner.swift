@@ -111,6 +111,14 @@ public final class DemoRunner: @unchecked Sendable {
                 "--kafka-property", "auto.commit.interval.ms=250",
             ] + Self.mockFetchProperties)
         }
+        // The front door: demo traffic goes through `fleet ingest` over HTTP (DemoIngest.swift).
+        let ingestMetricsPort = Loopback.freePort()
+        ingestPort = Loopback.freePort()
+        try spawn("ingest", port: ingestMetricsPort, DemoIngestFeeder.arguments(
+            bootstrap: cluster.bootstrapServers, topic: Self.rawTopic, port: ingestPort, metricsPort: ingestMetricsPort,
+            verification: ["--root-certificate", rootPath, "--bundle-id", options.traffic.bundleId,
+                           "--environment", options.traffic.environment.rawValue, "--app-apple-id", String(options.traffic.appAppleId),
+                           "--products", productsPath]))
         let sinkPort = Loopback.freePort()
         try spawn("sink", port: sinkPort, [
             "sink", "--bootstrap-servers", cluster.bootstrapServers, "--group", Self.sinkGroup,
@@ -126,13 +134,14 @@ public final class DemoRunner: @unchecked Sendable {
                 "--rejected-topic", Self.rejectedTopic, "--port", String(port),
             ])
         }
-        say("processes  \(options.workers) verifier worker(s) + 1 sink (\(options.sinkWriters) writer(s)), logs in \(directory)/*.log; waiting for readiness...")
+        say("processes  fleet ingest (HTTP :\(ingestPort)) + \(options.workers) verifier worker(s) + 1 sink (\(options.sinkWriters) writer(s)), logs in \(directory)/*.log; waiting for readiness...")
         try await waitReady(timeout: .seconds(90))
         say("ready      all processes report /readyz 200")
     }
 
     var pki: TestPKI?
     var dashboardPort: Int?
+    var ingestPort = 0
 
     /// librdkafka 2.0.2's mock broker answers an empty fetch only after the full `fetch.wait.max.ms` (500 ms by
     /// default), even when data arrives meanwhile (a real broker answers as soon as data is there). Every hop of the
@@ -189,9 +198,7 @@ public final class DemoRunner: @unchecked Sendable {
     }
 
     private func publish(_ traffic: DemoTraffic, cluster: EmbeddedKafkaCluster, db: PostgresConnection) async throws {
-        let producer = try KafkaProducer(configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers, clientId: "fleet-demo"))
-        let delivered = Counter()
-        let failed = Counter()
+        let feeder = DemoIngestFeeder(port: ingestPort)
         let interval = 1.0 / Double(max(1, options.ratePerSecond))
         var gate = BacklogGate(
             bootstrapServers: cluster.bootstrapServers, group: Self.workerGroup, topic: Self.rawTopic, partitions: options.partitions,
@@ -205,22 +212,13 @@ public final class DemoRunner: @unchecked Sendable {
             try await gate.admit(published: i)
             // Time spent waiting for the workers shifts the schedule instead of causing a catch-up burst.
             start += ContinuousClock.now - waitStart
-            let message = OutgoingMessage(topic: Self.rawTopic, key: item.key.map { Array($0.utf8) }, value: item.value,
-                                          headers: [KafkaHeader(key: "published-at", string: String(Self.nowMillis()))])
-            try producer.enqueue(message) { result in
-                switch result {
-                case .success: delivered.add(1)
-                case .failure: failed.add(1)
-                }
-            }
+            try await feeder.submit(item.value)
             if ContinuousClock.now - lastDisplay > .milliseconds(500) {
                 lastDisplay = .now
-                await display(published: delivered.value, total: traffic.items.count, cluster: cluster, db: db)
+                await display(published: feeder.acknowledged.load(ordering: .relaxed), total: traffic.items.count, cluster: cluster, db: db)
             }
         }
-        _ = await producer.flush(deadline: .seconds(30))
-        producer.close()
-        if failed.value > 0 { throw DemoError("\(failed.value) inputs could not be published") }
+        try await feeder.finish()
     }
 
     private func drain(expectedInputs: Int, cluster: EmbeddedKafkaCluster, db: PostgresConnection) async throws {

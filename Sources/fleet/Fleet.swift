@@ -10,6 +10,7 @@ struct Fleet: AsyncParsableCommand {
             DevKafka.self, Publish.self, Lag.self, Consume.self,
             Dashboard.self,
             Reconcile.self, Backfill.self, TestNotification.self, Responder.self,
+            Ingest.self,
         ]
     )
 }

@@ -77,6 +77,7 @@ app.kubernetes.io/part-of: entitlement-fleet
 {{- define "fleet.rootsDir" -}}/etc/fleet/roots{{- end -}}
 {{- define "fleet.productsPath" -}}/etc/fleet/products/products.yaml{{- end -}}
 {{- define "fleet.kafkaTLSDir" -}}/etc/fleet/kafka-tls{{- end -}}
+{{- define "fleet.ingestTokenDir" -}}/etc/fleet/ingest-token{{- end -}}
 
 {{/* librdkafka sasl.mechanisms -> KEDA kafka scaler `sasl` */}}
 {{- define "fleet.kedaSaslMode" -}}
@@ -127,6 +128,13 @@ The fleet.yaml the ConfigMap carries: config.* plus the keys the chart manages
 {{- $_ := set $worker "products" (include "fleet.productsPath" .) -}}
 {{- end -}}
 {{- $doc := dict "kafka" $kafka "worker" $worker "sink" (deepCopy .Values.config.sink) -}}
+{{- if .Values.ingest.enabled -}}
+{{- $ingest := deepCopy (default dict .Values.config.ingest) -}}
+{{- if .Values.ingest.apiToken.existingSecret -}}
+{{- $_ := set $ingest "api-token-file" (printf "%s/%s" (include "fleet.ingestTokenDir" .) .Values.ingest.apiToken.key) -}}
+{{- end -}}
+{{- $_ := set $doc "ingest" $ingest -}}
+{{- end -}}
 {{- toYaml $doc -}}
 {{- end -}}
 

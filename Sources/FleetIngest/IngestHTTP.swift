@@ -1,0 +1,146 @@
+import Foundation
+import Hummingbird
+import NIOCore
+import Synchronization
+
+/// The HTTP mechanics of `fleet ingest`: admission (in-flight bound), content type, the size bound, the body
+/// deadline, the bearer token and JSON answers. Nothing here knows about Kafka or verification.
+enum IngestHTTP {
+    /// Result of reading a body under a size bound and a deadline.
+    enum BodyRead {
+        case body([UInt8])
+        case tooLarge
+        case timedOut
+        case failed
+    }
+
+    /// Reads the whole body, refusing (without reading further) at `limit` bytes. When the client has not sent it
+    /// all within `timeout`, the connection is closed (a slow client cannot hold a request slot forever).
+    static func readBody(_ request: Request, channel: any Channel, limit: Int, timeout: Duration) async -> BodyRead {
+        if let declared = request.headers[.contentLength].flatMap({ Int($0) }), declared > limit { return .tooLarge }
+        let body = request.body
+        return await withTaskGroup(of: BodyRead?.self) { group in
+            group.addTask {
+                var out = [UInt8]()
+                do {
+                    for try await chunk in body {
+                        if out.count + chunk.readableBytes > limit { return .tooLarge }
+                        out.append(contentsOf: chunk.readableBytesView)
+                    }
+                    return .body(out)
+                } catch {
+                    return .failed
+                }
+            }
+            group.addTask {
+                do { try await Task.sleep(for: timeout) } catch { return nil }
+                return .timedOut
+            }
+            var result: BodyRead = .failed
+            if let first = await group.next(), let first {
+                result = first
+            }
+            if case .timedOut = result {
+                // The reader is parked on the socket: closing the connection ends it.
+                channel.close(promise: nil)
+            }
+            group.cancelAll()
+            return result
+        }
+    }
+
+    /// Above this declared length a refused request's body is not even discarded: the connection is closed.
+    static let drainCap = 16 * 1024 * 1024
+
+    /// Whether a request answered before its body was read should close the connection. Small enough declared
+    /// bodies are discarded by the server after the answer (never buffered), so that clients that send the whole body
+    /// before reading (most HTTP libraries) get the answer instead of a connection reset; larger or unbounded
+    /// (chunked) bodies are not read at all.
+    static func closeUnread(_ request: Request) -> Bool {
+        if let declared = request.headers[.contentLength] {
+            guard let n = Int(declared) else { return true }
+            return n > drainCap
+        }
+        return request.headers[.transferEncoding] != nil
+    }
+
+    /// JSON content types: `application/json` (any parameters) and `application/*+json`. A missing header is
+    /// accepted (some HTTP stacks omit it for JSON); anything else is 415.
+    static func isJSON(_ contentType: String?) -> Bool {
+        guard let contentType else { return true }
+        let media = contentType.split(separator: ";", maxSplits: 1).first.map {
+            $0.trimmingCharacters(in: .whitespaces).lowercased()
+        } ?? ""
+        return media == "application/json" || (media.hasPrefix("application/") && media.hasSuffix("+json"))
+    }
+
+    /// Constant-time comparison of `Authorization: Bearer <token>` with the configured token.
+    static func authorized(_ header: String?, token: [UInt8]) -> Bool {
+        guard let header, header.count > 7, header.prefix(7).lowercased() == "bearer " else { return false }
+        let given = Array(header.utf8.dropFirst(7))
+        var diff = UInt8(given.count == token.count ? 0 : 1)
+        // Always walk the configured token's length, so the time does not depend on where a mismatch is.
+        for i in 0..<token.count {
+            diff |= token[i] ^ (i < given.count ? given[i] : 0)
+        }
+        return diff == 0
+    }
+
+    /// A JSON answer. `close` asks for the connection to be closed after it (the rest of an unread body is
+    /// then never read).
+    static func json(_ status: HTTPResponse.Status, _ object: [String: Any], close: Bool = false, retryAfter: Int? = nil, channel: (any Channel)? = nil) -> Response {
+        let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data("{}".utf8)
+        var headers: HTTPFields = [.contentType: "application/json"]
+        if let retryAfter { headers[.retryAfter] = String(retryAfter) }
+        var buffer = ByteBuffer(bytes: data)
+        buffer.writeInteger(UInt8(ascii: "\n"))
+        guard close, let channel else {
+            return Response(status: status, headers: headers, body: .init(byteBuffer: buffer))
+        }
+        headers[.connection] = "close"
+        let body = buffer
+        return Response(status: status, headers: headers, body: ResponseBody(contentLength: body.readableBytes) { writer in
+            try await writer.write(body)
+            try await writer.finish(nil)
+            // Queued after the response's own writes on the channel's event loop.
+            channel.close(promise: nil)
+        })
+    }
+
+    static func error(_ status: HTTPResponse.Status, reason: String, detail: String, close: Bool = false, retryAfter: Int? = nil, channel: (any Channel)? = nil) -> Response {
+        json(status, ["error": reason, "detail": detail], close: close, retryAfter: retryAfter, channel: channel)
+    }
+}
+
+/// Counts requests in flight and refuses beyond the bound.
+final class InFlightGate: Sendable {
+    let limit: Int
+    private let count = Atomic<Int>(0)
+
+    init(limit: Int) { self.limit = limit }
+
+    func enter() -> Bool {
+        let now = count.add(1, ordering: .relaxed).newValue
+        if now > limit {
+            count.subtract(1, ordering: .relaxed)
+            return false
+        }
+        return true
+    }
+
+    func leave() { count.subtract(1, ordering: .relaxed) }
+
+    var current: Int { count.load(ordering: .relaxed) }
+}
+
+/// The request context of the ingest endpoints: Hummingbird's basic one plus the connection, so that a request
+/// refused before its body is read can close it (the rest of the body is then never read).
+struct IngestRequestContext: RequestContext {
+    var coreContext: CoreRequestContextStorage
+    let channel: any Channel
+
+    init(source: ApplicationRequestContextSource) {
+        coreContext = .init(source: source)
+        channel = source.channel
+    }
+}

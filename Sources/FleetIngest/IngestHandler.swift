@@ -1,0 +1,198 @@
+import AppStoreVerification
+import EntitlementDomain
+import FleetKafka
+import FleetOperations
+import FleetWorker
+import Foundation
+import Hummingbird
+import Logging
+import Metrics
+import NIOCore
+
+/// The two endpoints. Every answer that says "accepted" (200, and 422 for a rejected transaction) is sent only
+/// after the raw topic's delivery report; when the broker cannot take the input in time the answer is 503.
+struct IngestHandler: Sendable {
+    static let raw = "raw"
+    /// Raw-topic header with the app's `appAccountToken`, when the request carried one (kept for the audit trail;
+    /// the verified transaction holds its own).
+    static let appAccountTokenHeader = "app-account-token"
+    /// Raw-topic header naming the endpoint the input came through (`notifications` or `transactions`).
+    static let ingestEndpointHeader = "ingest-endpoint"
+
+    let configuration: IngestConfiguration
+    let processor: InputProcessor
+    let producer: KafkaProducer
+    let gate: InFlightGate
+    let logger: Logger
+    let onFatal: @Sendable (KafkaError) -> Void
+
+    enum Endpoint: String { case notifications, transactions }
+
+    func register(on router: Router<IngestRequestContext>) {
+        // Liveness on the public port too (load balancers; the bench's same-server reference rate).
+        router.get("/healthz") { _, _ -> Response in
+            Response(status: .ok, body: .init(byteBuffer: ByteBuffer(string: "ok\n")))
+        }
+        router.post(RouterPath(configuration.notificationsPath)) { request, context in
+            await self.handle(.notifications, request, context)
+        }
+        router.post(RouterPath(configuration.transactionsPath)) { request, context in
+            await self.handle(.transactions, request, context)
+        }
+        for path in [configuration.notificationsPath, configuration.transactionsPath] {
+            for method in [HTTPRequest.Method.get, .put, .delete, .patch, .head] {
+                router.on(RouterPath(path), method: method) { request, context in
+                    let endpoint: Endpoint = path == configuration.notificationsPath ? .notifications : .transactions
+                    var r = IngestHTTP.error(.methodNotAllowed, reason: "method_not_allowed",
+                                             detail: "\(request.method) is not allowed here; use POST",
+                                             close: IngestHTTP.closeUnread(request), channel: context.channel)
+                    r.headers[.allow] = "POST"
+                    count(endpoint, r)
+                    return r
+                }
+            }
+        }
+    }
+
+    private func count(_ endpoint: Endpoint, _ response: Response) {
+        Counter(label: "fleet_ingest_requests_total", dimensions: [("endpoint", endpoint.rawValue), ("status", String(response.status.code))]).increment()
+    }
+
+    private func bad(_ endpoint: Endpoint, _ reason: String) {
+        Counter(label: "fleet_ingest_bad_requests_total", dimensions: [("endpoint", endpoint.rawValue), ("reason", reason)]).increment()
+    }
+
+    func handle(_ endpoint: Endpoint, _ request: Request, _ context: IngestRequestContext) async -> Response {
+        let began = ContinuousClock.now
+        let response = await respond(endpoint, request, context)
+        count(endpoint, response)
+        let took = (ContinuousClock.now - began).components
+        Metrics.Timer(label: "fleet_ingest_request_duration_seconds", dimensions: [("endpoint", endpoint.rawValue)])
+            .recordNanoseconds(took.seconds * 1_000_000_000 + took.attoseconds / 1_000_000_000)
+        return response
+    }
+
+    private func respond(_ endpoint: Endpoint, _ request: Request, _ context: IngestRequestContext) async -> Response {
+        let channel = context.channel
+        guard gate.enter() else {
+            bad(endpoint, "too_many_requests")
+            return IngestHTTP.error(.serviceUnavailable, reason: "overloaded",
+                                    detail: "more than \(gate.limit) requests in flight; retry later",
+                                    close: IngestHTTP.closeUnread(request), retryAfter: configuration.retryAfterSeconds, channel: channel)
+        }
+        defer { gate.leave() }
+        if endpoint == .transactions, let token = configuration.apiToken,
+           !IngestHTTP.authorized(request.headers[.authorization], token: token) {
+            bad(endpoint, "unauthorized")
+            var r = IngestHTTP.error(.unauthorized, reason: "unauthorized", detail: "a valid bearer token is required",
+                                     close: IngestHTTP.closeUnread(request), channel: channel)
+            r.headers[.wwwAuthenticate] = "Bearer"
+            return r
+        }
+        guard IngestHTTP.isJSON(request.headers[.contentType]) else {
+            bad(endpoint, "unsupported_media_type")
+            return IngestHTTP.error(.unsupportedMediaType, reason: "unsupported_media_type",
+                                    detail: "Content-Type must be application/json, got \(request.headers[.contentType] ?? "")",
+                                    close: IngestHTTP.closeUnread(request), channel: channel)
+        }
+        let body: [UInt8]
+        switch await IngestHTTP.readBody(request, channel: channel, limit: configuration.maxBodyBytes, timeout: configuration.requestTimeout) {
+        case .body(let b): body = b
+        case .tooLarge:
+            bad(endpoint, "too_large")
+            // Refused from its declared length: the rest is discarded unread (or the connection closed, when huge
+            // or of unknown length); refused mid-stream: the connection is closed.
+            return IngestHTTP.error(.contentTooLarge, reason: "too_large",
+                                    detail: "the body is larger than \(configuration.maxBodyBytes) bytes",
+                                    close: request.headers[.contentLength] == nil || IngestHTTP.closeUnread(request), channel: channel)
+        case .timedOut:
+            bad(endpoint, "request_timeout")
+            return IngestHTTP.error(.requestTimeout, reason: "request_timeout", detail: "the body was not received in time", close: true, channel: channel)
+        case .failed:
+            bad(endpoint, "body_read_failed")
+            return IngestHTTP.error(.badRequest, reason: "body_read_failed", detail: "the body could not be read", close: true, channel: channel)
+        }
+        switch endpoint {
+        case .notifications: return await notification(body)
+        case .transactions: return await transaction(body)
+        }
+    }
+
+    private func notification(_ body: [UInt8]) async -> Response {
+        let parsed: NotificationRequest
+        do { parsed = try IngestRequests.notification(body) } catch {
+            bad(.notifications, error.reason)
+            return IngestHTTP.error(.badRequest, reason: error.reason, detail: error.detail)
+        }
+        let message = OutgoingMessage(topic: configuration.topic, key: parsed.key, value: body,
+                                      headers: [KafkaHeader(key: Self.ingestEndpointHeader, string: Endpoint.notifications.rawValue)])
+        switch await publish(message, .notifications) {
+        case .success(let report):
+            return IngestHTTP.json(.ok, ["status": "accepted", "partition": Int(report.partition), "offset": Int(report.offset)])
+        case .failure(let error):
+            return unavailable(error)
+        }
+    }
+
+    private func transaction(_ body: [UInt8]) async -> Response {
+        let parsed: TransactionRequest
+        do { parsed = try IngestRequests.transaction(body) } catch {
+            bad(.transactions, error.reason)
+            return IngestHTTP.error(.badRequest, reason: error.reason, detail: error.detail)
+        }
+        var headers = [KafkaHeader(key: Self.ingestEndpointHeader, string: Endpoint.transactions.rawValue)]
+        if let device = parsed.deviceVerificationId {
+            headers.append(KafkaHeader(key: InputProcessor.deviceVerificationHeader, string: device))
+        }
+        if let token = parsed.appAccountToken { headers.append(KafkaHeader(key: Self.appAccountTokenHeader, string: token)) }
+        let message = OutgoingMessage(topic: configuration.topic, key: parsed.key, value: parsed.value, headers: headers)
+        // Publish and verify at the same time; answer once both are done.
+        async let delivered = publish(message, .transactions)
+        let outcome = processor.process(
+            value: parsed.value, deviceVerificationId: parsed.deviceVerificationId,
+            at: InputCoordinates(topic: configuration.topic, partition: -1, offset: -1))
+        let report = await delivered
+        if case .failure(let error) = report { return unavailable(error) }
+        switch outcome {
+        case .events(let events, let kind):
+            Counter(label: "fleet_ingest_verdicts_total", dimensions: [("verdict", "verified"), ("reason", "VERIFIED")]).increment()
+            return IngestHTTP.json(.ok, Self.verified(events, kind: kind))
+        case .rejected(let reason, let detail):
+            Counter(label: "fleet_ingest_verdicts_total", dimensions: [("verdict", "rejected"), ("reason", reason.rawValue)]).increment()
+            return IngestHTTP.json(.unprocessableContent, ["verdict": "rejected", "reason": reason.rawValue, "detail": detail])
+        }
+    }
+
+    static func verified(_ events: [EntitlementEvent], kind: String) -> [String: Any] {
+        var ids: [String] = []
+        for e in events { if let t = e.transactionId, !ids.contains(t) { ids.append(t) } }
+        let list: [[String: Any]] = events.map { e in
+            [
+                "kind": e.kind, "effect": e.effect.rawValue, "productId": Self.orNull(e.productId),
+                "entitlement": Self.orNull(e.entitlement), "validUntil": Self.orNull(e.validUntil.map { Int($0) }),
+            ]
+        }
+        return ["verdict": "verified", "kind": kind, "transactionIds": ids, "events": list]
+    }
+
+    private static func orNull(_ v: Any?) -> Any { v ?? NSNull() }
+
+    private func unavailable(_ error: KafkaError) -> Response {
+        IngestHTTP.error(.serviceUnavailable, reason: "unavailable",
+                         detail: "the input could not be stored in time; nothing was accepted, retry later",
+                         retryAfter: configuration.retryAfterSeconds)
+    }
+
+    private func publish(_ message: OutgoingMessage, _ endpoint: Endpoint) async -> Result<DeliveryReport, KafkaError> {
+        do {
+            let report = try await producer.send(message)
+            Counter(label: "fleet_ingest_published_total", dimensions: [("endpoint", endpoint.rawValue)]).increment()
+            return .success(report)
+        } catch {
+            Counter(label: "fleet_ingest_publish_failures_total", dimensions: [("endpoint", endpoint.rawValue), ("error", error.name)]).increment()
+            logger.warning("publish failed", metadata: ["endpoint": "\(endpoint.rawValue)", "error": "\(error)"])
+            if error.isFatal { onFatal(error) }
+            return .failure(error)
+        }
+    }
+}

@@ -1,0 +1,86 @@
+import AppStoreVerification
+import FleetKafka
+import FleetTestPKI
+import Foundation
+import Testing
+
+@testable import FleetIngest
+
+@Suite("ingest request parsing and settings")
+struct IngestRequestTests {
+    @Test("a notification body is keyed by the unverified notificationUUID; extra keys are accepted")
+    func notificationKey() throws {
+        let jws = IngestHarness.pki.signNotification(type: .test, notificationUUID: "0f4c2a58-aaaa-bbbb-cccc-0123456789ab")
+        let parsed = try IngestRequests.notification(notificationBody(jws, extra: ",\"newAppleKey\":[1]"))
+        #expect(parsed.key == Array("0f4c2a58-aaaa-bbbb-cccc-0123456789ab".utf8))
+        // A signedPayload that is not a JWS is published unkeyed (the workers reject it with a reason).
+        #expect(try IngestRequests.notification(Array("{\"signedPayload\":\"garbage\"}".utf8)).key == nil)
+    }
+
+    @Test("transactions: the bare JWS is the value; a receipt body is kept whole; optional fields")
+    func transactionParsing() throws {
+        let jws = IngestHarness.pki.sign(TestPayloads.transaction(transactionId: "2000000000000042"))
+        let t = try IngestRequests.transaction(Array("{\"signedTransaction\":\"\(jws)\",\"deviceVerificationId\":\"d\",\"appAccountToken\":null}".utf8))
+        #expect(t.kind == .signedTransaction)
+        #expect(t.value == Array(jws.utf8))
+        #expect(t.key == Array("2000000000000042".utf8))
+        #expect(t.deviceVerificationId == "d")
+        #expect(t.appAccountToken == nil)
+        let body = Array("{ \"receipt-data\" : \"MIIabc\", \"password\": \"x\" }".utf8)
+        let r = try IngestRequests.transaction(body)
+        #expect(r.kind == .receipt)
+        #expect(r.value == body)
+    }
+
+    @Test("bearer comparison")
+    func bearer() {
+        let token = Array("0123456789abcdef0123".utf8)
+        #expect(IngestHTTP.authorized("Bearer 0123456789abcdef0123", token: token))
+        #expect(IngestHTTP.authorized("bearer 0123456789abcdef0123", token: token))
+        #expect(!IngestHTTP.authorized("Bearer 0123456789abcdef012", token: token))
+        #expect(!IngestHTTP.authorized("Bearer 0123456789abcdef01234", token: token))
+        #expect(!IngestHTTP.authorized("Bearer ", token: token))
+        #expect(!IngestHTTP.authorized(nil, token: token))
+    }
+
+    @Test("content types")
+    func contentTypes() {
+        #expect(IngestHTTP.isJSON("application/json"))
+        #expect(IngestHTTP.isJSON("Application/JSON; charset=utf-8"))
+        #expect(IngestHTTP.isJSON("application/vnd.api+json"))
+        #expect(IngestHTTP.isJSON(nil))
+        #expect(!IngestHTTP.isJSON("text/plain"))
+        #expect(!IngestHTTP.isJSON("multipart/form-data; boundary=x"))
+    }
+
+    @Test("the producer is always idempotent with acks=all and the publish deadline as message timeout")
+    func producerGuarantees() throws {
+        var c = IngestConfiguration(kafka: KafkaConfiguration(
+            bootstrapServers: "x:1", properties: ["enable.idempotence": "false", "acks": "1", "message.timeout.ms": "300000"],
+            idempotence: false))
+        c.publishTimeout = .milliseconds(2500)
+        let p = c.producerConfiguration
+        #expect(p.idempotence)
+        #expect(p.properties["enable.idempotence"] == "true")
+        #expect(p.properties["acks"] == "all")
+        #expect(p.properties["message.timeout.ms"] == "2500")
+        #expect(p.messageTimeoutMilliseconds == 2500)
+        #expect(p.lingerMilliseconds < 2500)
+    }
+
+    @Test("invalid settings are refused with the key named; the token is never shown")
+    func validation() {
+        var c = IngestConfiguration(kafka: KafkaConfiguration(bootstrapServers: "x:1"))
+        c.maxBodyBytes = 10
+        #expect(throws: IngestConfigurationError.self) { try c.validate() }
+        c = IngestConfiguration(kafka: KafkaConfiguration(bootstrapServers: "x:1"))
+        c.transactionsPath = c.notificationsPath
+        #expect(throws: IngestConfigurationError.self) { try c.validate() }
+        c = IngestConfiguration(kafka: KafkaConfiguration(bootstrapServers: "x:1"))
+        c.apiToken = Array("short-secret".utf8)
+        do { try c.validate(); Issue.record("a short token was accepted") } catch {
+            #expect(!"\(error)".contains("short-secret"))
+            #expect("\(error)".contains("api-token-file"))
+        }
+    }
+}
