@@ -66,7 +66,12 @@ struct IngestFaultTests {
         let duringDown = tally.accepted.withLock { $0.count }
         let unavailableDuringDown = tally.unavailable.load(ordering: .relaxed)
         try h.cluster.setBrokerUp(1)
-        try await Task.sleep(for: .seconds(6))
+        // librdkafka reconnects with a backoff that grows to reconnect.backoff.max.ms (10 s): allow for it.
+        let recovery = ContinuousClock.now + .seconds(40)
+        while ContinuousClock.now < recovery, tally.accepted.withLock({ $0.count }) <= duringDown + 20 {
+            try await Task.sleep(for: .milliseconds(250))
+        }
+        try await Task.sleep(for: .seconds(1))
         stop.set()
         try await loader.value
         let accepted = tally.accepted.withLock { $0 }
