@@ -121,7 +121,7 @@ let package = Package(
         .target(
             name: "FleetDashboard",
             dependencies: [
-                "EntitlementDomain", "FleetKafka", "FleetOperations",
+                "EntitlementDomain", "EntitlementRules", "FleetKafka", "FleetOperations",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),

@@ -1,5 +1,6 @@
 import AppStoreVerification
 import EntitlementDomain
+import EntitlementRules
 import Foundation
 
 /// The dashboard's in-memory aggregates of the result and rejected topics, as plain Swift (no Kafka, no HTTP).
@@ -30,15 +31,6 @@ public struct DashboardAggregator: Sendable {
     }
 
     public static let other = "(other)"
-
-    struct Row: Sendable {
-        var active: Bool
-        var productId: String?
-        var transactionId: String?
-        var originalTransactionId: String?
-        var validUntil: Int64?
-        var lastSignedDate: Int64
-    }
 
     public let limits: Limits
     private var seen: SeenFilter
@@ -106,7 +98,7 @@ public struct DashboardAggregator: Sendable {
         // Consumable units like the sink's ledger: one credit per transaction, one debit per (transaction, revocation),
         // one re-credit per reversal, whichever events carry them.
         var newLedgerEntry = false
-        if e.isConsumableProduct {
+        if e.isConsumable {
             let base = e.environment + "\u{1}" + (e.transactionId ?? e.eventId) + "\u{1}"
             switch e.effect {
             case .grant, .extend: newLedgerEntry = ledgerSeen.insert(base + "credit")
@@ -158,7 +150,7 @@ public struct DashboardAggregator: Sendable {
         var byEntitlement: [String: Int] = [:]
         var byProduct: [String: Int] = [:]
         for (key, row) in env.rows where row.active && (row.validUntil.map { $0 > now } ?? true) {
-            let name = String(key[..<key.firstIndex(of: "\u{1}")!])
+            let name = key.entitlement
             byEntitlement[name, default: 0] += 1
             byProduct[row.productId ?? name, default: 0] += 1
         }

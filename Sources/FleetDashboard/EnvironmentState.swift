@@ -1,5 +1,6 @@
 import AppStoreVerification
 import EntitlementDomain
+import EntitlementRules
 
 extension DashboardAggregator {
     /// The aggregates of one environment (Production, Sandbox, ...).
@@ -11,8 +12,8 @@ extension DashboardAggregator {
         var revenue: [String: [String: Int64]] = [:]  // day -> currency -> milli-units
         var consumables: [String: ConsumableUnits] = [:]
         var latest: [LatestEvent] = []
-        var rows: [String: Row] = [:]  // entitlement \u{1} subject -> state
-        var tiers: [String: Set<String>] = [:]  // originalTransactionId -> row keys (auto-renewable)
+        var rows: [EntitlementKey: EntitlementRow] = [:]  // as the sink's entitlements table
+        var tiers: [SubscriptionKey: Set<EntitlementKey>] = [:]  // the rows of each subscription (auto-renewable)
         var history: [ActivePoint] = []
 
         struct Result { var applied = true, untracked = false }
@@ -25,7 +26,7 @@ extension DashboardAggregator {
             let day = DashboardAggregator.day(e.signedDate)
             var life = lifecycle[day] ?? LifecycleDay(day: day)
             switch e.effect {
-            case .grant where !e.isConsumableProduct: life.starts += 1
+            case .grant where !e.isConsumable: life.starts += 1
             case .extend: life.renewals += 1
             default: break
             }
@@ -40,59 +41,22 @@ extension DashboardAggregator {
             return applyEntitlement(e, limits: limits)
         }
 
-        // MARK: entitlement state (the sink's rules)
+        // MARK: entitlement state: the sink's own rules (EntitlementRules), one event at a time
 
         private mutating func applyEntitlement(_ e: EntitlementEvent, limits: Limits) -> Result {
-            guard !e.isConsumableProduct, let subject = e.subject, let name = e.entitlement ?? e.productId else { return Result() }
-            let key = name + "\u{1}" + subject
-            let existing = rows[key]
-            if let existing, e.signedDate < existing.lastSignedDate { return Result(applied: false) }
-            guard [.grant, .extend, .revoke, .restore].contains(e.effect) else { return Result() }
-            if existing == nil && rows.count >= limits.maxEntitlementRows { return Result(untracked: true) }
-            var next = existing ?? Row(active: false, validUntil: e.validUntil, lastSignedDate: e.signedDate)
-            switch e.effect {
-            case .grant:
-                next.active = true
-                next.validUntil = e.validUntil
-            case .extend, .restore:
-                next.active = true
-                // valid_until only moves later; nil ("no end") wins.
-                if let existing, let incoming = e.validUntil, let current = existing.validUntil {
-                    next.validUntil = max(current, incoming)
-                }
-            case .revoke:
-                if let existing, Self.refundsAnEarlierPeriod(e, current: existing) { return Result() }
-                next.active = false
-            case .state, .info:
-                return Result()
+            guard let key = e.entitlementKey else { return Result() }
+            if rows[key] == nil && e.effect.changesAccess && rows.count >= limits.maxEntitlementRows {
+                return Result(untracked: true)
             }
-            next.productId = e.productId ?? next.productId
-            next.transactionId = e.transactionId ?? next.transactionId
-            next.originalTransactionId = e.originalTransactionId ?? next.originalTransactionId
-            next.lastSignedDate = max(next.lastSignedDate, e.signedDate)
-            rows[key] = next
-            if e.isAutoRenewableProduct, let otid = e.originalTransactionId {
-                if [.grant, .extend, .restore].contains(e.effect) {
-                    // An upgrade, or a downgrade/cross-grade taking effect: the other tiers of the subscription end.
-                    for other in tiers[otid] ?? [] where other != key {
-                        guard var row = rows[other], row.active, row.lastSignedDate <= e.signedDate else { continue }
-                        row.active = false
-                        row.lastSignedDate = e.signedDate
-                        rows[other] = row
-                    }
-                }
-                tiers[otid, default: []].insert(key)
+            let status = EntitlementRules.applyEntitlement(e, current: &rows[key])
+            guard status == .applied else { return Result(applied: false) }
+            if let original = rows[key]?.originalTransactionId {
+                tiers[SubscriptionKey(environment: key.environment, originalTransactionId: original), default: []].insert(key)
+            }
+            if let subscription = e.subscriptionKey {
+                _ = EntitlementRules.supersedeOtherTiers(e, granted: key, candidates: tiers[subscription] ?? [], in: &rows)
             }
             return Result()
-        }
-
-        /// A refund of an auto-renewable period that ended before the access currently granted changes no access.
-        static func refundsAnEarlierPeriod(_ e: EntitlementEvent, current: Row) -> Bool {
-            guard e.isAutoRenewableProduct, let refunded = e.transactionId, let granting = current.transactionId,
-                  refunded != granting, current.active, let periodEnd = e.transaction?["expiresDate"]?.int64Value,
-                  let currentEnd = current.validUntil
-            else { return false }
-            return periodEnd < currentEnd
         }
 
         // MARK: revenue and consumables
@@ -108,7 +72,7 @@ extension DashboardAggregator {
         }
 
         private mutating func addConsumables(_ e: EntitlementEvent, limits: Limits) {
-            guard e.isConsumableProduct, let product = e.productId else { return }
+            guard e.isConsumable, let product = e.productId else { return }
             let units = Int64(e.units ?? e.quantity ?? 1)
             let key = consumables[product] != nil || consumables.count < limits.maxKeys ? product : DashboardAggregator.other
             var c = consumables[key] ?? ConsumableUnits()
@@ -136,7 +100,3 @@ extension DashboardAggregator {
     }
 }
 
-extension EntitlementEvent {
-    var isConsumableProduct: Bool { productType == "Consumable" }
-    var isAutoRenewableProduct: Bool { productType == "Auto-Renewable Subscription" }
-}
