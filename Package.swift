@@ -56,6 +56,7 @@ let package = Package(
             dependencies: [
                 "AppStoreVerification",
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
             ],
@@ -149,7 +150,7 @@ let package = Package(
         .testTarget(
             name: "FleetSinkTests",
             dependencies: [
-                "FleetSink", "FleetKafka", "EntitlementDomain", "AppStoreVerification",
+                "FleetSink", "FleetKafka", "EntitlementDomain", "AppStoreVerification", "FleetTestPKI",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
