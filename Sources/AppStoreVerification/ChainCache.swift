@@ -113,7 +113,8 @@ extension UInt64 {
 /// A bounded, thread-safe LRU cache of verified chains shared by every thread of a process.
 ///
 /// Keys are exact bytes: the verifier uses the exact JWS header segment (which fixes `alg` and every x5c entry) and
-/// the exact `x5c[0]` + `x5c[1]` strings; an entry also records which configured root anchored it, and a hit is only
+/// the exact `x5c[0]` + `x5c[1]` strings, and for legacy receipts the SignerInfo's sid plus the exact DER of the
+/// SignedData's certificate set (RSA leaf keys are kept as `leafCertificateKey`); an entry also records which configured root anchored it, and a hit is only
 /// used when that root is trusted by the verifier's policy. A hit never replaces the per-message checks: the
 /// message's validation time is checked against the entry's window and its signature against the entry's key.
 /// The lock is held only for a hash-table probe and a counter update.
