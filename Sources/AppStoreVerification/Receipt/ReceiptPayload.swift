@@ -115,22 +115,21 @@ public struct AppReceipt: Sendable, Hashable {
 
     static func inAppEntry(_ bytes: [UInt8], index: Int, count: Budget) throws(VerificationError) -> AppReceiptInApp {
         var e = AppReceiptInApp()
-        let w = "in_app[\(index)]"
-        try attributes(bytes, w, count: count) { (type, v) throws(VerificationError) in
+        try attributes(bytes, "in_app[\(index)]", count: count) { (type, v) throws(VerificationError) in
             switch type {
-            case 1701: e.quantity = try integer(v, "\(w) field 1701 (quantity)")
-            case 1702: e.productId = try string(v, "\(w) field 1702 (product id)")
-            case 1703: e.transactionId = try string(v, "\(w) field 1703 (transaction id)")
-            case 1704: e.purchaseDate = try date(v, "\(w) field 1704 (purchase date)")
-            case 1705: e.originalTransactionId = try string(v, "\(w) field 1705 (original transaction id)")
-            case 1706: e.originalPurchaseDate = try date(v, "\(w) field 1706 (original purchase date)")
-            case 1707: e.productType = try integer(v, "\(w) field 1707 (product type)")
-            case 1708: e.expiresDate = try date(v, "\(w) field 1708 (expires date)")
-            case 1711: e.webOrderLineItemId = try integer(v, "\(w) field 1711 (web order line item id)")
-            case 1712: e.cancellationDate = try date(v, "\(w) field 1712 (cancellation date)")
-            case 1713: e.isTrialPeriod = try integer(v, "\(w) field 1713 (is trial period)").map { $0 != 0 }
-            case 1719: e.isInIntroOfferPeriod = try integer(v, "\(w) field 1719 (intro offer period)").map { $0 != 0 }
-            case 1721: e.promotionalOfferId = try string(v, "\(w) field 1721 (promotional offer id)")
+            case 1701: e.quantity = try integer(v, "in_app[\(index)] field 1701 (quantity)")
+            case 1702: e.productId = try string(v, "in_app[\(index)] field 1702 (product id)")
+            case 1703: e.transactionId = try string(v, "in_app[\(index)] field 1703 (transaction id)")
+            case 1704: e.purchaseDate = try date(v, "in_app[\(index)] field 1704 (purchase date)")
+            case 1705: e.originalTransactionId = try string(v, "in_app[\(index)] field 1705 (original transaction id)")
+            case 1706: e.originalPurchaseDate = try date(v, "in_app[\(index)] field 1706 (original purchase date)")
+            case 1707: e.productType = try integer(v, "in_app[\(index)] field 1707 (product type)")
+            case 1708: e.expiresDate = try date(v, "in_app[\(index)] field 1708 (expires date)")
+            case 1711: e.webOrderLineItemId = try integer(v, "in_app[\(index)] field 1711 (web order line item id)")
+            case 1712: e.cancellationDate = try date(v, "in_app[\(index)] field 1712 (cancellation date)")
+            case 1713: e.isTrialPeriod = try integer(v, "in_app[\(index)] field 1713 (is trial period)").map { $0 != 0 }
+            case 1719: e.isInIntroOfferPeriod = try integer(v, "in_app[\(index)] field 1719 (intro offer period)").map { $0 != 0 }
+            case 1721: e.promotionalOfferId = try string(v, "in_app[\(index)] field 1721 (promotional offer id)")
             default: break
             }
         }
@@ -139,64 +138,64 @@ public struct AppReceipt: Sendable, Hashable {
 
     /// Walks a DER `SET OF SEQUENCE { type INTEGER, version INTEGER, value OCTET STRING }`.
     static func attributes(
-        _ bytes: [UInt8], _ what: String, count: Budget,
+        _ bytes: [UInt8], _ what: @autoclosure () -> String, count: Budget,
         _ body: (Int, [UInt8]) throws(VerificationError) -> Void
     ) throws(VerificationError) {
         let root: ASN1Node
-        do { root = try DER.parse(bytes) } catch { throw fail("\(what) is not strict DER ASN.1: \(error)") }
+        do { root = try DER.parse(bytes) } catch { throw fail("\(what()) is not strict DER ASN.1: \(error)") }
         guard root.identifier == .set, case .constructed(let items) = root.content else {
-            throw fail("\(what) is not an ASN.1 SET of attributes")
+            throw fail("\(what()) is not an ASN.1 SET of attributes")
         }
         for item in items {
             count.n += 1
             if count.n > maxAttributes { throw fail("more than \(maxAttributes) receipt attributes") }
             guard item.identifier == .sequence, case .constructed(let fields) = item.content else {
-                throw fail("\(what): an attribute is not a SEQUENCE")
+                throw fail("\(what()): an attribute is not a SEQUENCE")
             }
             var it = fields.makeIterator()
             let type: Int
             do {
-                guard let t = it.next() else { throw fail("\(what): an attribute has no type") }
+                guard let t = it.next() else { throw fail("\(what()): an attribute has no type") }
                 type = try Int(derEncoded: t)
-                guard let ver = it.next() else { throw fail("\(what): attribute \(type) has no version") }
+                guard let ver = it.next() else { throw fail("\(what()): attribute \(type) has no version") }
                 _ = try Int(derEncoded: ver)
             } catch let e as VerificationError {
                 throw e
             } catch {
-                throw fail("\(what): an attribute's type or version is not an INTEGER")
+                throw fail("\(what()): an attribute's type or version is not an INTEGER")
             }
             guard let value = it.next(), value.identifier == .octetString, case .primitive(let v) = value.content else {
-                throw fail("\(what): attribute \(type) has no OCTET STRING value")
+                throw fail("\(what()): attribute \(type) has no OCTET STRING value")
             }
-            if it.next() != nil { throw fail("\(what): attribute \(type) has trailing elements") }
+            if it.next() != nil { throw fail("\(what()): attribute \(type) has trailing elements") }
             try body(type, Array(v))
         }
     }
 
-    static func node(_ bytes: [UInt8], _ what: String) throws(VerificationError) -> ASN1Node {
-        do { return try DER.parse(bytes) } catch { throw fail("\(what) is not strict DER ASN.1: \(error)") }
+    static func node(_ bytes: [UInt8], _ what: @autoclosure () -> String) throws(VerificationError) -> ASN1Node {
+        do { return try DER.parse(bytes) } catch { throw fail("\(what()) is not strict DER ASN.1: \(error)") }
     }
 
     /// A UTF8String / IA5String / PrintableString value.
-    static func string(_ bytes: [UInt8], _ what: String) throws(VerificationError) -> String {
-        let n = try node(bytes, what)
+    static func string(_ bytes: [UInt8], _ what: @autoclosure () -> String) throws(VerificationError) -> String {
+        let n = try node(bytes, what())
         guard n.identifier == .utf8String || n.identifier == .ia5String || n.identifier == .printableString,
             case .primitive(let p) = n.content
-        else { throw fail("\(what) is not a string (tag \(n.identifier))") }
-        guard let s = String(validating: p, as: UTF8.self) else { throw fail("\(what) is not valid UTF-8") }
+        else { throw fail("\(what()) is not a string (tag \(n.identifier))") }
+        guard let s = String(validating: p, as: UTF8.self) else { throw fail("\(what()) is not valid UTF-8") }
         return s
     }
 
-    static func integer(_ bytes: [UInt8], _ what: String) throws(VerificationError) -> Int64? {
-        let n = try node(bytes, what)
-        do { return try Int64(derEncoded: n) } catch { throw fail("\(what) is not a 64-bit INTEGER") }
+    static func integer(_ bytes: [UInt8], _ what: @autoclosure () -> String) throws(VerificationError) -> Int64? {
+        let n = try node(bytes, what())
+        do { return try Int64(derEncoded: n) } catch { throw fail("\(what()) is not a 64-bit INTEGER") }
     }
 
     /// An IA5String RFC 3339 date; empty = absent.
-    static func date(_ bytes: [UInt8], _ what: String) throws(VerificationError) -> Int64? {
-        let s = try string(bytes, what)
+    static func date(_ bytes: [UInt8], _ what: @autoclosure () -> String) throws(VerificationError) -> Int64? {
+        let s = try string(bytes, what())
         if s.isEmpty { return nil }
-        guard let ms = ReceiptDate.parse(s) else { throw fail("\(what) is not an RFC 3339 date: \(s)") }
+        guard let ms = ReceiptDate.parse(s) else { throw fail("\(what()) is not an RFC 3339 date: \(s)") }
         return ms
     }
 }
