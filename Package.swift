@@ -58,6 +58,7 @@ let package = Package(
             dependencies: [
                 "AppStoreVerification",
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
             ],
@@ -225,7 +226,7 @@ let package = Package(
         .testTarget(
             name: "FleetSinkTests",
             dependencies: [
-                "FleetSink", "FleetKafka", "EntitlementDomain", "EntitlementRules", "AppStoreVerification",
+                "FleetSink", "FleetKafka", "EntitlementDomain", "EntitlementRules", "AppStoreVerification", "FleetTestPKI",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

@@ -1,5 +1,6 @@
 import Crypto
 import Synchronization
+import X509
 
 #if canImport(Glibc)
     import Glibc
@@ -11,8 +12,11 @@ import Synchronization
 
 /// A verified certificate chain: what a cache hit needs to check a message without touching the certificates again.
 public struct VerifiedChain: Sendable {
-    /// The leaf's P-256 key (the chain was fully verified when this entry was made).
-    public let leafKey: P256.Signing.PublicKey
+    /// The leaf's P-256 key (the chain was fully verified when this entry was made); nil for a chain whose leaf key
+    /// is of another type (RSA receipt signers), see `leafCertificateKey`.
+    public let leafKey: P256.Signing.PublicKey?
+    /// The leaf's key as swift-certificates holds it (set for chains verified by `AppleChainVerifier`).
+    public let leafCertificateKey: Certificate.PublicKey?
     /// Intersection of the leaf, intermediate and anchoring root validity windows, in ms since the epoch (inclusive).
     public let notBeforeMillis: Int64
     public let notAfterMillis: Int64
@@ -21,6 +25,17 @@ public struct VerifiedChain: Sendable {
 
     public init(leafKey: P256.Signing.PublicKey, notBeforeMillis: Int64, notAfterMillis: Int64, rootFingerprint: [UInt8]) {
         self.leafKey = leafKey
+        self.leafCertificateKey = nil
+        self.notBeforeMillis = notBeforeMillis
+        self.notAfterMillis = notAfterMillis
+        self.rootFingerprint = rootFingerprint
+    }
+
+    public init(
+        leafCertificateKey: Certificate.PublicKey, notBeforeMillis: Int64, notAfterMillis: Int64, rootFingerprint: [UInt8]
+    ) {
+        self.leafKey = P256.Signing.PublicKey(leafCertificateKey)
+        self.leafCertificateKey = leafCertificateKey
         self.notBeforeMillis = notBeforeMillis
         self.notAfterMillis = notAfterMillis
         self.rootFingerprint = rootFingerprint
@@ -98,7 +113,8 @@ extension UInt64 {
 /// A bounded, thread-safe LRU cache of verified chains shared by every thread of a process.
 ///
 /// Keys are exact bytes: the verifier uses the exact JWS header segment (which fixes `alg` and every x5c entry) and
-/// the exact `x5c[0]` + `x5c[1]` strings; an entry also records which configured root anchored it, and a hit is only
+/// the exact `x5c[0]` + `x5c[1]` strings, and for legacy receipts the SignerInfo's sid plus the exact DER of the
+/// SignedData's certificate set (RSA leaf keys are kept as `leafCertificateKey`); an entry also records which configured root anchored it, and a hit is only
 /// used when that root is trusted by the verifier's policy. A hit never replaces the per-message checks: the
 /// message's validation time is checked against the entry's window and its signature against the entry's key.
 /// The lock is held only for a hash-table probe and a counter update.

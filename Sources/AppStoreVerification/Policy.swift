@@ -115,8 +115,12 @@ public struct VerificationPolicy: Sendable {
     public let allowUnsignedEnvironments: Bool
     /// Bound on each input (and each nested JWS), in bytes.
     public let maxInputBytes: Int
+    /// Bound on a legacy app receipt (base64 or a `{"receipt-data": ...}` body), in bytes: receipts with hundreds of
+    /// in-app entries are ~100 KB.
+    public let maxReceiptBytes: Int
 
     public static let defaultMaxInputBytes = 64 * 1024
+    public static let defaultMaxReceiptBytes = 1024 * 1024
 
     public init(
         roots: [TrustedRoot],
@@ -125,7 +129,8 @@ public struct VerificationPolicy: Sendable {
         environments: Set<Environment>,
         validationTime: ValidationTime = .signedDate,
         allowUnsignedEnvironments: Bool = false,
-        maxInputBytes: Int = VerificationPolicy.defaultMaxInputBytes
+        maxInputBytes: Int = VerificationPolicy.defaultMaxInputBytes,
+        maxReceiptBytes: Int = VerificationPolicy.defaultMaxReceiptBytes
     ) throws(PolicyError) {
         if roots.isEmpty { throw PolicyError("at least one root certificate is required") }
         if bundleId.isEmpty { throw PolicyError("bundle id must not be empty") }
@@ -143,6 +148,7 @@ public struct VerificationPolicy: Sendable {
             }
         }
         if maxInputBytes < 1024 { throw PolicyError("maxInputBytes must be at least 1024") }
+        if maxReceiptBytes < 1024 { throw PolicyError("maxReceiptBytes must be at least 1024") }
         var seen = Set<[UInt8]>()
         self.roots = roots.filter { seen.insert($0.fingerprint).inserted }
         self.bundleId = bundleId
@@ -151,6 +157,7 @@ public struct VerificationPolicy: Sendable {
         self.validationTime = validationTime
         self.allowUnsignedEnvironments = allowUnsignedEnvironments
         self.maxInputBytes = maxInputBytes
+        self.maxReceiptBytes = maxReceiptBytes
     }
 
     /// Convenience: roots given as DER bytes.

@@ -46,14 +46,20 @@ public struct RejectionReason: RawRepresentable, Hashable, Sendable, Codable, Cu
     public static let wrongEnvironment = RejectionReason("WRONG_ENVIRONMENT")
     /// `Xcode` / `LocalTesting` data (locally signed, not by Apple) while the development-only option is off.
     public static let unsignedEnvironmentRefused = RejectionReason("UNSIGNED_ENVIRONMENT_REFUSED")
-    /// A legacy base64 PKCS#7 app receipt (verifyReceipt flow), which this service does not accept.
+    /// Kept for compatibility: legacy app receipts are verified now (see `malformedReceipt`); no longer produced.
     public static let legacyReceiptUnsupported = RejectionReason("LEGACY_RECEIPT_UNSUPPORTED")
+    /// A legacy app receipt (`MI...` base64 line or `{"receipt-data": ...}` body) that is not valid base64, strict-DER
+    /// CMS SignedData with one signer and embedded content, or a valid receipt attribute SET.
+    public static let malformedReceipt = RejectionReason("MALFORMED_RECEIPT")
+    /// A StoreKit 1 `transactionReceipt` (old-style plist with `signature` and `purchase-info`): not verified.
+    public static let legacyTransactionReceiptUnsupported = RejectionReason("LEGACY_TRANSACTION_RECEIPT_UNSUPPORTED")
 
     /// Every code defined by the verification core, in documentation order.
     public static let verificationCodes: [RejectionReason] = [
         .malformedJWS, .payloadTooLarge, .unsupportedAlgorithm, .invalidChainLength, .untrustedChain,
         .missingAppleOID, .certificateNotValidAtTime, .invalidSignature, .wrongBundleId, .wrongAppAppleId,
-        .wrongEnvironment, .unsignedEnvironmentRefused, .legacyReceiptUnsupported,
+        .wrongEnvironment, .unsignedEnvironmentRefused, .malformedReceipt,
+        .legacyTransactionReceiptUnsupported,
     ]
 }
 

@@ -50,8 +50,8 @@ public final class SignedDataVerifier: Sendable {
 
     // MARK: - Public entry points
 
-    /// Verifies any supported input: a JWS of any kind, Apple's POST body `{"signedPayload":"..."}`, or recognises a
-    /// legacy receipt (rejected with LEGACY_RECEIPT_UNSUPPORTED).
+    /// Verifies any supported input: a JWS of any kind, Apple's POST body `{"signedPayload":"..."}`, a legacy app
+    /// receipt (`MI...` base64 or `{"receipt-data":"..."}`); see InputForms.swift.
     public func verify(_ input: String) throws(VerificationError) -> VerifiedItem {
         try withUTF8Bytes(input) { (buf) throws(VerificationError) in try verify(buffer: buf) }
     }
@@ -128,69 +128,7 @@ public final class SignedDataVerifier: Sendable {
 
     @inline(__always) static func isSpace(_ c: UInt8) -> Bool { c == 0x20 || c == 0x0A || c == 0x0D || c == 0x09 }
 
-    func verifyTop(_ raw: UnsafeBufferPointer<UInt8>, expected: Kind?) throws(VerificationError) -> VerifiedItem {
-        if raw.count > policy.maxInputBytes {
-            throw VerificationError(
-                .payloadTooLarge, "input is \(raw.count) bytes; the limit is \(policy.maxInputBytes) bytes")
-        }
-        var lo = 0
-        var hi = raw.count
-        while lo < hi && Self.isSpace(raw[lo]) { lo += 1 }
-        while hi > lo && Self.isSpace(raw[hi - 1]) { hi -= 1 }
-        if lo == hi { throw VerificationError(.malformedJWS, "empty input") }
-        let buf = UnsafeBufferPointer(rebasing: raw[lo..<hi])
-
-        if buf[0] == UInt8(ascii: "{") {
-            // Apple's POST body {"signedPayload": "..."} (or a legacy verifyReceipt request body).
-            let body: JSONValue
-            do { body = try JSONValue.parse(buf) } catch {
-                throw VerificationError(.malformedJWS, "input starts with '{' but is not valid JSON: \(error)")
-            }
-            guard case .object(let o) = body else { throw VerificationError(.malformedJWS, "JSON body is not an object") }
-            if let sp = o["signedPayload"] {
-                guard let jws = sp.stringValue else {
-                    throw VerificationError(.malformedJWS, "signedPayload must be a string", field: "signedPayload")
-                }
-                if let expected, expected != .notification {
-                    throw VerificationError(
-                        .malformedJWS, "a signedPayload body holds a notification, expected a \(expected.rawValue)")
-                }
-                return try withUTF8Bytes(jws) { (b) throws(VerificationError) in
-                    try verifyItem(b, expected: .notification)
-                }
-            }
-            if o["receipt-data"] != nil || o["receipt"] != nil {
-                throw VerificationError(
-                    .legacyReceiptUnsupported,
-                    "a verifyReceipt request body (receipt-data) holds a legacy receipt; only App Store signed JWS "
-                        + "(StoreKit 2 / App Store Server Notifications V2) are accepted")
-            }
-            throw VerificationError(.malformedJWS, "JSON body has no signedPayload field")
-        }
-        if Self.looksLikeLegacyReceipt(buf) {
-            throw VerificationError(
-                .legacyReceiptUnsupported,
-                "input is a legacy base64 PKCS#7 app receipt (verifyReceipt flow), which is deprecated and not "
-                    + "accepted; send the StoreKit 2 signed transaction (JWS) instead")
-        }
-        return try verifyItem(buf, expected: expected)
-    }
-
-    /// Legacy receipts: standard base64 (no '.') of a DER SEQUENCE, so they start with "MI".
-    static func looksLikeLegacyReceipt(_ b: UnsafeBufferPointer<UInt8>) -> Bool {
-        guard b.count >= 16, b[0] == UInt8(ascii: "M"), b[1] == UInt8(ascii: "I") else { return false }
-        for c in b {
-            switch c {
-            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
-                UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "+"), UInt8(ascii: "/"), UInt8(ascii: "="),
-                0x0A, 0x0D, 0x20, 0x09:
-                continue
-            default:
-                return false
-            }
-        }
-        return true
-    }
+    // verifyTop (the input forms: bare JWS, {"signedPayload"}, receipts) is in InputForms.swift.
 
     // MARK: - Items
 
@@ -283,59 +221,7 @@ public final class SignedDataVerifier: Sendable {
         }
     }
 
-    // MARK: - App checks
-
-    func checkBundle(_ v: JSONValue?, field: String) throws(VerificationError) {
-        guard let v else {
-            throw VerificationError(.wrongBundleId, "payload has no \(field); expected \(policy.bundleId)")
-        }
-        guard let s = v.stringValue else { throw VerificationError(.malformedJWS, "\(field) must be a string") }
-        if s != policy.bundleId {
-            throw VerificationError(.wrongBundleId, "\(field) is \(s); expected \(policy.bundleId)")
-        }
-    }
-
-    func checkEnvironment(_ v: JSONValue?, field: String) throws(VerificationError) -> Environment {
-        guard let v else {
-            throw VerificationError(.wrongEnvironment, "payload has no \(field) (environment)")
-        }
-        guard let s = v.stringValue else { throw VerificationError(.malformedJWS, "\(field) must be a string") }
-        let env = Environment(s)
-        try checkEnvironmentValue(env, field: field)
-        return env
-    }
-
-    func checkEnvironmentValue(_ env: Environment, field: String) throws(VerificationError) {
-        if policy.environments.contains(env) { return }
-        if env.isUnsigned && policy.allowUnsignedEnvironments { return }
-        let accepted = policy.environments.map(\.rawValue).sorted().joined(separator: ", ")
-        throw VerificationError(.wrongEnvironment, "\(field) is \(env.rawValue); accepted: \(accepted)")
-    }
-
-    /// Production data must carry the configured appAppleId; any appAppleId present must match it.
-    func checkAppAppleId(
-        _ v: JSONValue?, environment: Environment, present: Bool, field: String = "appAppleId"
-    ) throws(VerificationError) {
-        guard present else { return }
-        var value: Int64?
-        if let v, v != .null {
-            guard let i = v.int64Value else { throw VerificationError(.malformedJWS, "\(field) must be an integer") }
-            value = i
-        }
-        if environment == .production {
-            guard let expected = policy.appAppleId else {
-                throw VerificationError(.wrongAppAppleId, "Production data but no appAppleId is configured")
-            }
-            guard let value else {
-                throw VerificationError(.wrongAppAppleId, "Production data without \(field); expected \(expected)")
-            }
-            if value != expected {
-                throw VerificationError(.wrongAppAppleId, "\(field) is \(value); expected \(expected)")
-            }
-        } else if let value, let expected = policy.appAppleId, value != expected {
-            throw VerificationError(.wrongAppAppleId, "\(field) is \(value); expected \(expected)")
-        }
-    }
+    // App checks (bundle id, environment, appAppleId) are in AppChecks.swift.
 
     // MARK: - JWS core
 
@@ -363,7 +249,8 @@ public final class SignedDataVerifier: Sendable {
         if memchr(base + d2 + 1, Int32(Self.dot), n - d2 - 1) != nil {
             throw VerificationError(.malformedJWS, "a compact JWS has three '.'-separated segments; found more")
         }
-        guard d1 > 0, d2 > d1 + 1, d2 < n - 1 else { throw VerificationError(.malformedJWS, "empty JWS segment") }
+        guard d1 > 0, d2 > d1 + 1 else { throw VerificationError(.malformedJWS, "empty JWS segment") }
+        if d2 == n - 1 { try Self.rejectEmptySignature(UnsafeBufferPointer(rebasing: buf[0..<d1])) }
         let headerSeg = UnsafeBufferPointer(rebasing: buf[0..<d1])
         let payloadSeg = UnsafeBufferPointer(rebasing: buf[(d1 + 1)..<d2])
         let sigSeg = UnsafeBufferPointer(rebasing: buf[(d2 + 1)..<n])
@@ -505,7 +392,7 @@ public final class SignedDataVerifier: Sendable {
             throw VerificationError(.invalidSignature, "signature is not a valid P-256 r||s value")
         }
         let signingInput = UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: buf[0..<d2]))
-        guard chain.leafKey.isValidSignature(signature, for: SHA256.hash(data: signingInput)) else {
+        guard let leafKey = chain.leafKey, leafKey.isValidSignature(signature, for: SHA256.hash(data: signingInput)) else {
             throw VerificationError(.invalidSignature, "ES256 signature does not verify with the leaf certificate's key")
         }
         return (detected, payload)

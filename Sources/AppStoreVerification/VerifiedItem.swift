@@ -48,14 +48,17 @@ public enum VerifiedItem: Sendable, Hashable {
     case transaction(VerifiedTransaction)
     case renewalInfo(VerifiedRenewalInfo)
     case appTransaction(VerifiedAppTransaction)
+    /// A legacy PKCS#7 app receipt.
+    case appReceipt(VerifiedAppReceipt)
 
-    /// `notification`, `transaction`, `renewalInfo` or `appTransaction`.
+    /// `notification`, `transaction`, `renewalInfo`, `appTransaction` or `appReceipt`.
     public var kind: String {
         switch self {
         case .notification: return "notification"
         case .transaction: return "transaction"
         case .renewalInfo: return "renewalInfo"
         case .appTransaction: return "appTransaction"
+        case .appReceipt: return "appReceipt"
         }
     }
 
@@ -65,6 +68,7 @@ public enum VerifiedItem: Sendable, Hashable {
         case .transaction(let t): return t.environment
         case .renewalInfo(let r): return r.environment
         case .appTransaction(let a): return a.environment
+        case .appReceipt(let r): return r.environment
         }
     }
 
@@ -74,6 +78,7 @@ public enum VerifiedItem: Sendable, Hashable {
         case .transaction(let t): return t.payload.raw
         case .renewalInfo(let r): return r.payload.raw
         case .appTransaction(let a): return a.payload.raw
+        case .appReceipt(let r): return r.payload.json
         case .notification(let n):
             guard case .object(var outer) = n.payload.raw else { return n.payload.raw }
             if case .object(var data)? = outer["data"] {

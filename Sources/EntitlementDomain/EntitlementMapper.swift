@@ -6,7 +6,7 @@ import Foundation
 /// Everything here must already have passed the verification core; the mapper trusts it.
 public struct VerifiedInput: Sendable {
     public enum Kind: String, Sendable, Codable {
-        case notification, transaction, renewalInfo, appTransaction
+        case notification, transaction, renewalInfo, appTransaction, appReceipt
     }
 
     public var kind: Kind
@@ -68,6 +68,7 @@ public struct EntitlementMapper: Sendable {
         case .transaction: return try clientTransactionEvents(input.payload, source: source, verifiedAt: verifiedAt)
         case .renewalInfo: return [renewalInfoEvent(input.payload, source: source, verifiedAt: verifiedAt)]
         case .appTransaction: return [appTransactionEvent(input.payload, source: source, verifiedAt: verifiedAt)]
+        case .appReceipt: return try receiptEvents(input.payload, source: source, verifiedAt: verifiedAt)
         }
     }
 
@@ -264,7 +265,7 @@ public struct EntitlementMapper: Sendable {
 
     // MARK: - Helpers
 
-    private func baseEvent(
+    func baseEvent(
         transaction txn: JSONValue?, renewal: JSONValue?, appTransaction: JSONValue?, environment: String,
         bundleId: String?, appAppleId: Int64?, signedDate: Int64, source: EventSource, verifiedAt: Int64
     ) throws(DomainRejection) -> EntitlementEvent {
@@ -302,7 +303,7 @@ public struct EntitlementMapper: Sendable {
         return e
     }
 
-    private func productKind(_ e: EntitlementEvent) -> ProductCatalogue.ProductKind? {
+    func productKind(_ e: EntitlementEvent) -> ProductCatalogue.ProductKind? {
         if let p = e.productId, let product = catalogue[p] { return product.kind }
         switch e.productType {
         case "Auto-Renewable Subscription": return .autoRenewable
@@ -313,7 +314,7 @@ public struct EntitlementMapper: Sendable {
         }
     }
 
-    private func applyOneTime(_ e: inout EntitlementEvent, kind: ProductCatalogue.ProductKind?) {
+    func applyOneTime(_ e: inout EntitlementEvent, kind: ProductCatalogue.ProductKind?) {
         switch kind {
         case .nonConsumable, .consumable:
             e.validUntil = nil
@@ -329,7 +330,7 @@ public struct EntitlementMapper: Sendable {
     private static let hexDigits: [UInt8] = Array("0123456789abcdef".utf8)
 
     /// Fills the deterministic `eventId`: the same input always yields the same id.
-    private func finish(_ event: EntitlementEvent, key: String) -> EntitlementEvent {
+    func finish(_ event: EntitlementEvent, key: String) -> EntitlementEvent {
         var e = event
         let material = [
             "entitlement-event/v1", e.kind, e.effect.rawValue, e.environment, key, e.productId ?? "",

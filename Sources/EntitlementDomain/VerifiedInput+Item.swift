@@ -13,6 +13,8 @@ extension VerifiedInput {
             self.init(kind: .renewalInfo, payload: r.payload.raw)
         case .appTransaction(let a):
             self.init(kind: .appTransaction, payload: a.payload.raw)
+        case .appReceipt(let r):
+            self.init(kind: .appReceipt, payload: r.payload.json)
         }
     }
 }

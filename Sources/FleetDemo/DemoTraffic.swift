@@ -50,6 +50,7 @@ public struct DemoTraffic: Sendable {
 
     public init(pki: TestPKI, options o: Options = Options()) throws {
         var g = Generator(pki: pki, forged: try TestPKI.forged(), o: o)
+        g.receiptPKI = try TestReceiptPKI(under: pki)
         g.run()
         items = g.items
     }
@@ -81,6 +82,8 @@ private struct Rng {
 private struct Generator {
     let pki: TestPKI
     let forged: TestPKI
+    /// Legacy app receipts (older app versions), anchored at the same test root.
+    var receiptPKI: TestReceiptPKI?
     let o: DemoTraffic.Options
     var rng: Rng
     var items: [DemoTraffic.Item] = []
@@ -319,7 +322,15 @@ private struct Generator {
             let pack = rng.chance(0.7) ? "com.example.tickets.10" : "com.example.tickets.50"
             let at = start + rng.int(0..<Int64(o.months) * month)
             let payload = txn(pack, id: id, original: id, purchase: at, expires: nil, signed: at + 300, type: .consumable, token: token)
-            client(payload, signed: at + 300, key: id, replays: rng.chance(0.15) ? 1 + Int(rng.next() % 3) : 0)
+            if rng.chance(0.25), let receipt = legacyReceipt(pack, id: id, at: at) {
+                // An older app version sends its app receipt (the verifyReceipt flow of the seeds) instead of the JWS.
+                items.append(.init(value: receipt, key: id, expectation: "valid", deliverAt: at + 300))
+                if rng.chance(0.3) {
+                    items.append(.init(value: receipt, key: id, expectation: "replay", deliverAt: at + 60_300))
+                }
+            } else {
+                client(payload, signed: at + 300, key: id, replays: rng.chance(0.15) ? 1 + Int(rng.next() % 3) : 0)
+            }
             if rng.chance(0.5) {
                 notify(.oneTimeCharge, txn: payload, renewal: nil, signed: at + 1000, key: id)
             }
@@ -330,6 +341,18 @@ private struct Generator {
                 notify(.refund, txn: refunded, renewal: nil, signed: at + 4 * day + 1000, key: id)
             }
         }
+    }
+
+    /// A one-entry consumable app receipt for a purchase, in Apple's verifyReceipt request body.
+    func legacyReceipt(_ product: String, id: String, at: Int64) -> [UInt8]? {
+        guard let receiptPKI else { return nil }
+        let production = o.environment == .production
+        let receipt = TestReceipt(
+            receiptType: production ? "Production" : "ProductionSandbox", appAppleId: production ? o.appAppleId : 0,
+            bundleId: o.bundleId, applicationVersion: "1.9", creationDate: at + 300,
+            inApp: [TestReceipt.InApp(productId: product, transactionId: id, purchaseDate: at, productType: 1)])
+        guard let b64 = try? receiptPKI.signBase64(receipt) else { return nil }
+        return Array(JSONValue.object(["receipt-data": .string(b64), "password": "demo-shared-secret"]).serialized().utf8)
     }
 
     mutating func lifetimeBuyer() {
@@ -365,9 +388,9 @@ private struct Generator {
                 items.append(.init(value: Array(pki.sign(other).utf8), key: nil, expectation: "WRONG_BUNDLE_ID", deliverAt: at))
             case 3:
                 items.append(.init(value: Array("this is not a JWS at all".utf8), key: nil, expectation: "MALFORMED_JWS", deliverAt: at))
-            case 4:  // the legacy verifyReceipt flow of the seeds
+            case 4:  // a garbage "receipt" in the legacy verifyReceipt flow of the seeds
                 let receipt = "MIIT" + Base64.encodeStandard((0..<600).map { _ in UInt8(truncatingIfNeeded: rng.next()) })
-                items.append(.init(value: Array(receipt.utf8), key: nil, expectation: "LEGACY_RECEIPT_UNSUPPORTED", deliverAt: at))
+                items.append(.init(value: Array(receipt.utf8), key: nil, expectation: "MALFORMED_RECEIPT", deliverAt: at))
             default:  // alg none
                 let none = pki.signer.sign(sample, header: .init(alg: "none"))
                 items.append(.init(value: Array(none.utf8), key: nil, expectation: "UNSUPPORTED_ALGORITHM", deliverAt: at))

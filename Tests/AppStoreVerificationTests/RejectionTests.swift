@@ -222,11 +222,26 @@ import Testing
         expectRejected(.unsupportedAlgorithm) { () throws(VerificationError) in _ = try dev.verify(hs) }
     }
 
-    @Test func legacyReceiptsHaveTheirOwnReason() {
+    @Test func legacyReceiptsAreVerifiedAsReceipts() {
+        // Garbage in the receipt forms gets the receipt's own reason (GeneratedReceiptTests verifies real ones).
         let receipt = "MIIT" + Base64.encodeStandard((0..<600).map { UInt8(truncatingIfNeeded: $0 &* 31) })
-        expectRejected(.legacyReceiptUnsupported) { () throws(VerificationError) in try verify(receipt) }
+        expectRejected(.malformedReceipt) { () throws(VerificationError) in try verify(receipt) }
         let body = JSONValue.object(["receipt-data": .string(receipt), "password": "x"]).serialized()
-        expectRejected(.legacyReceiptUnsupported) { () throws(VerificationError) in try verify(body) }
+        expectRejected(.malformedReceipt) { () throws(VerificationError) in try verify(body) }
+    }
+
+    @Test func unsecuredJWSWithEmptySignatureIsUnsupportedAlgorithm() {
+        // The classic attack: alg none and an empty signature segment; the README promises UNSUPPORTED_ALGORITHM.
+        let payload = Base64.encodeURL(Fixtures.transaction().serializedBytes())
+        for alg in ["none", "None", "HS256"] {
+            let header = Base64.encodeURL(Array("{\"alg\":\"\(alg)\",\"typ\":\"JWT\"}".utf8))
+            expectRejected(.unsupportedAlgorithm) { () throws(VerificationError) in try verify("\(header).\(payload).") }
+        }
+        let noAlg = Base64.encodeURL(Array("{\"typ\":\"JWT\"}".utf8))
+        expectRejected(.unsupportedAlgorithm) { () throws(VerificationError) in try verify("\(noAlg).\(payload).") }
+        // ES256 with the signature missing is still malformed.
+        let es = Base64.encodeURL(Array("{\"alg\":\"ES256\"}".utf8))
+        expectRejected(.malformedJWS) { () throws(VerificationError) in try verify("\(es).\(payload).") }
     }
 
     @Test func nestedForgedTransactionRejectsTheNotification() throws {
@@ -256,8 +271,9 @@ import Testing
 
     @Test func everyCoreReasonCodeIsDistinctAndStable() {
         let codes = RejectionReason.verificationCodes.map(\.rawValue)
-        #expect(Set(codes).count == 13)
-        #expect(codes.contains("LEGACY_RECEIPT_UNSUPPORTED"))
+        #expect(Set(codes).count == 14)
+        #expect(codes.contains("MALFORMED_RECEIPT"))
+        #expect(codes.contains("LEGACY_TRANSACTION_RECEIPT_UNSUPPORTED"))
         #expect(RejectionReason.malformedJWS.rawValue == "MALFORMED_JWS")
     }
 }

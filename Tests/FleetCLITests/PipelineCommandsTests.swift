@@ -77,7 +77,7 @@ struct PipelineCommandsTests {
                                        timeout: .seconds(240))
         #expect(run.status == 0, "stdout:\n\(run.stdout.suffix(3000))\nstderr:\n\(run.stderr.suffix(3000))")
         #expect(run.stdout.contains("== summary"))
-        for reason in ["UNTRUSTED_CHAIN", "INVALID_SIGNATURE", "WRONG_BUNDLE_ID", "MALFORMED_JWS", "LEGACY_RECEIPT_UNSUPPORTED", "UNSUPPORTED_ALGORITHM"] {
+        for reason in ["UNTRUSTED_CHAIN", "INVALID_SIGNATURE", "WRONG_BUNDLE_ID", "MALFORMED_JWS", "MALFORMED_RECEIPT", "UNSUPPORTED_ALGORITHM"] {
             #expect(run.stdout.contains(reason), "the summary counts \(reason)")
         }
         #expect(run.stdout.contains("SUBSCRIPTION_STARTED"))

@@ -100,10 +100,43 @@ enum FleetExecutable {
         #expect(out[2]["verdict"] == "rejected")
         #expect(out[2]["reason"] == "MALFORMED_JWS")
         #expect(out[2]["detail"]?.stringValue?.isEmpty == false)
-        #expect(out[3]["reason"] == "LEGACY_RECEIPT_UNSUPPORTED")
+        #expect(out[3]["reason"] == "MALFORMED_RECEIPT")
         #expect(out[4]["reason"] == "UNTRUSTED_CHAIN")
         #expect(out[5]["reason"] == "WRONG_BUNDLE_ID")
         #expect(out[6]["kind"] == "appTransaction")
+    }
+
+    @Test func legacyReceiptsVerifyWithTheirPayload() throws {
+        let receiptPKI = try TestReceiptPKI()
+        try Data(receiptPKI.rootDER).write(to: dir.appendingPathComponent("receipt-root.der"))
+        let receipt = TestReceipt(
+            receiptType: "ProductionSandbox", applicationVersion: "1.9", creationDate: t0,
+            inApp: [TestReceipt.InApp(productId: "com.example.coins", transactionId: "1000000000000777", purchaseDate: t0 - 5000, quantity: 3)])
+        let b64 = try receiptPKI.signBase64(receipt)
+        let lines = [b64, JSONValue.object(["receipt-data": .string(b64), "password": "pw"]).serialized(), pki.sign(TestPayloads.transaction(purchaseDate: t0, signedDate: t0))]
+        try Data((lines.joined(separator: "\n") + "\n").utf8).write(to: dir.appendingPathComponent("receipts.txt"))
+        let r = try FleetExecutable.run([
+            "verify", "--root-certificate", path("receipt-root.der"), "--root-certificate", path("root.der"),
+            "--bundle-id", TestPayloads.bundleId, "--environment", "Sandbox", path("receipts.txt"),
+        ])
+        #expect(r.status == 0, "stderr: \(r.stderr)")
+        let out = r.lines
+        #expect(out.count == 3)
+        guard out.count == 3 else { return }
+        for o in out[0..<2] {
+            #expect(o["verdict"] == "verified")
+            #expect(o["kind"] == "appReceipt")
+            #expect(o["payload"]?["environment"] == "Sandbox")
+            #expect(o["payload"]?["applicationVersion"] == "1.9")
+            #expect(o["payload"]?["receiptCreationDate"]?.int64Value == t0)
+            let entry = o["payload"]?["inApp"]?.arrayValue?.first
+            #expect(entry?["transactionId"] == "1000000000000777")
+            #expect(entry?["quantity"]?.int64Value == 3)
+            #expect(entry?["productType"]?.int64Value == 1)
+            #expect(entry?["purchaseDate"]?.int64Value == t0 - 5000)
+        }
+        #expect(out[2]["kind"] == "transaction")
+        #expect(!r.stdout.contains("pw\""), "the verifyReceipt password is never echoed")
     }
 
     @Test func readsStdinAndPEMRoots() throws {

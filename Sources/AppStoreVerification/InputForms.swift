@@ -1,0 +1,122 @@
+/// The input forms every entry point (worker raw topic, `fleet verify`, the HTTP front door) accepts:
+/// - a compact JWS (notification, transaction, renewal info, AppTransaction);
+/// - Apple's notification POST body `{"signedPayload": "<JWS>"}`;
+/// - a legacy app receipt: a bare standard-base64 line starting with `MI` (DER SEQUENCE), or Apple's `verifyReceipt`
+///   request body `{"receipt-data": "<base64>"}` (other keys such as `password` or `exclude-old-transactions` are
+///   ignored);
+/// - a StoreKit 1 `transactionReceipt` (base64 of an old-style plist with `signature` and `purchase-info`) is
+///   recognised and rejected with `LEGACY_TRANSACTION_RECEIPT_UNSUPPORTED`.
+extension SignedDataVerifier {
+    func verifyTop(_ raw: UnsafeBufferPointer<UInt8>, expected: Kind?) throws(VerificationError) -> VerifiedItem {
+        // JWS keep their own (smaller) bound, checked in verifyJWS; receipts theirs.
+        let bound = max(policy.maxInputBytes, policy.maxReceiptBytes)
+        if raw.count > bound {
+            throw VerificationError(.payloadTooLarge, "input is \(raw.count) bytes; the limit is \(bound) bytes")
+        }
+        var lo = 0
+        var hi = raw.count
+        while lo < hi && Self.isSpace(raw[lo]) { lo += 1 }
+        while hi > lo && Self.isSpace(raw[hi - 1]) { hi -= 1 }
+        if lo == hi { throw VerificationError(.malformedJWS, "empty input") }
+        let buf = UnsafeBufferPointer(rebasing: raw[lo..<hi])
+
+        if buf[0] == UInt8(ascii: "{") {
+            // Apple's POST body {"signedPayload": "..."} or a verifyReceipt request body {"receipt-data": "..."}.
+            let isReceiptBody = Self.mentionsReceiptData(buf)
+            if !isReceiptBody && buf.count > policy.maxInputBytes {
+                throw VerificationError(
+                    .payloadTooLarge, "input is \(buf.count) bytes; the limit is \(policy.maxInputBytes) bytes")
+            }
+            let body: JSONValue
+            do { body = try JSONValue.parse(buf) } catch {
+                let reason: RejectionReason = isReceiptBody ? .malformedReceipt : .malformedJWS
+                throw VerificationError(reason, "input starts with '{' but is not valid JSON: \(error)")
+            }
+            guard case .object(let o) = body else { throw VerificationError(.malformedJWS, "JSON body is not an object") }
+            if let sp = o["signedPayload"] {
+                guard let jws = sp.stringValue else {
+                    throw VerificationError(.malformedJWS, "signedPayload must be a string", field: "signedPayload")
+                }
+                if let expected, expected != .notification {
+                    throw VerificationError(
+                        .malformedJWS, "a signedPayload body holds a notification, expected a \(expected.rawValue)")
+                }
+                return try withUTF8Bytes(jws) { (b) throws(VerificationError) in
+                    try verifyItem(b, expected: .notification)
+                }
+            }
+            if let rd = o["receipt-data"] {
+                guard let receipt = rd.stringValue else {
+                    throw VerificationError(.malformedReceipt, "receipt-data must be a base64 string", field: "receipt-data")
+                }
+                try Self.requireReceiptExpected(expected)
+                return try withUTF8Bytes(receipt) { (b) throws(VerificationError) in try verifyAnyReceipt(b) }
+            }
+            throw VerificationError(.malformedJWS, "JSON body has neither signedPayload nor receipt-data")
+        }
+        if Self.looksLikeLegacyReceipt(buf) {
+            try Self.requireReceiptExpected(expected)
+            return try verifyAnyReceipt(buf)
+        }
+        if buf.count > policy.maxInputBytes {
+            throw VerificationError(.payloadTooLarge, "input is \(buf.count) bytes; the limit is \(policy.maxInputBytes) bytes")
+        }
+        return try verifyItem(buf, expected: expected)
+    }
+
+    static func requireReceiptExpected(_ expected: Kind?) throws(VerificationError) {
+        if let expected {
+            throw VerificationError(.malformedJWS, "input is a legacy app receipt, expected a \(expected.rawValue) JWS")
+        }
+    }
+
+    /// An app receipt (`MI...`), or a StoreKit 1 transactionReceipt (base64 of `{ "signature" = ...`: `ew`).
+    func verifyAnyReceipt(_ b: UnsafeBufferPointer<UInt8>) throws(VerificationError) -> VerifiedItem {
+        var lo = 0
+        while lo < b.count && Self.isSpace(b[lo]) { lo += 1 }
+        if b.count - lo >= 2, b[lo] == UInt8(ascii: "e"), b[lo + 1] == UInt8(ascii: "w") {
+            throw VerificationError(
+                .legacyTransactionReceiptUnsupported,
+                "input is a StoreKit 1 transactionReceipt (old-style plist with signature and purchase-info), not an "
+                    + "app receipt; its signer is issued by \"Apple iTunes Store Certification Authority\", which would "
+                    + "have to be configured as a trusted intermediate, and that is not supported yet: send the app "
+                    + "receipt (Bundle.main.appStoreReceiptURL) or the StoreKit 2 JWS instead")
+        }
+        return .appReceipt(try verifyAppReceipt(base64: b))
+    }
+
+    /// Whether a JSON body has a `"receipt-data"` key (so that its size bound is the receipt's, not the JWS one).
+    static func mentionsReceiptData(_ b: UnsafeBufferPointer<UInt8>) -> Bool {
+        let needle = Array("\"receipt-data\"".utf8)
+        guard b.count >= needle.count else { return false }
+        var i = 0
+        while i + needle.count <= b.count {
+            if b[i] == needle[0] {
+                var k = 1
+                while k < needle.count && b[i + k] == needle[k] { k += 1 }
+                if k == needle.count { return true }
+            }
+            i += 1
+        }
+        return false
+    }
+
+    /// Legacy receipts: standard base64 (no '.') of a DER SEQUENCE, so they start with "MI"; StoreKit 1
+    /// transactionReceipts are base64 of a '{'-plist, so they start with "ew".
+    static func looksLikeLegacyReceipt(_ b: UnsafeBufferPointer<UInt8>) -> Bool {
+        guard b.count >= 16 else { return false }
+        guard (b[0] == UInt8(ascii: "M") && b[1] == UInt8(ascii: "I")) || (b[0] == UInt8(ascii: "e") && b[1] == UInt8(ascii: "w"))
+        else { return false }
+        for c in b {
+            switch c {
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
+                UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "+"), UInt8(ascii: "/"), UInt8(ascii: "="),
+                0x0A, 0x0D, 0x20, 0x09:
+                continue
+            default:
+                return false
+            }
+        }
+        return true
+    }
+}

@@ -1,0 +1,231 @@
+import Crypto
+import SwiftASN1
+import X509
+
+/// A verified legacy app receipt (PKCS#7).
+public struct VerifiedAppReceipt: Sendable, Hashable {
+    public let payload: AppReceipt
+    public var environment: Environment { payload.environment }
+    public init(payload: AppReceipt) { self.payload = payload }
+}
+
+/// Legacy App Store app receipts (base64 DER PKCS#7 SignedData), verified locally and offline.
+///
+/// Order of checks: size bound (`maxReceiptBytes`); base64; strict-DER CMS SignedData (one signer, embedded id-data
+/// content); receipt attribute SET; validation time (receipt creation date, field 12, or now); `Xcode` refusal; the
+/// signer certificate (by the SignerInfo's sid) -> an intermediate of the certificate set -> a configured root through
+/// `AppleChainVerifier` (swift-certificates `Verifier`, RFC 5280 at the validation time, key usage, Apple marker
+/// OIDs), through the shared chain cache; validity of the cached chain at the validation time; the RSA PKCS#1 v1.5
+/// signature with the SignerInfo's digest (SHA-1 / SHA-256 / SHA-384 / SHA-512) over the content, or over the DER
+/// signed attributes after checking their message digest (RFC 5652 §5.4); then bundle id (field 2), environment
+/// (field 0) and, for Production, the app id (field 1).
+extension SignedDataVerifier {
+    static let receiptTag: UInt8 = 0x52  // 'R': sid + exact certificate set of a receipt
+
+    /// Verifies a base64 app receipt (one line; whitespace and line breaks inside are ignored).
+    public func verifyAppReceipt(base64 input: UnsafeBufferPointer<UInt8>) throws(VerificationError) -> VerifiedAppReceipt {
+        if input.count > policy.maxReceiptBytes {
+            throw VerificationError(
+                .payloadTooLarge, "receipt is \(input.count) bytes; the limit is \(policy.maxReceiptBytes) bytes")
+        }
+        var compact: [UInt8] = []
+        compact.reserveCapacity(input.count)
+        for c in input where !Self.isSpace(c) { compact.append(c) }
+        guard let der = compact.withUnsafeBufferPointer({ Base64.decodeStandard($0) }) else {
+            throw VerificationError(.malformedReceipt, "receipt is not valid padded standard base64")
+        }
+        return try verifyAppReceipt(der: der)
+    }
+
+    public func verifyAppReceipt(_ base64: String) throws(VerificationError) -> VerifiedAppReceipt {
+        try withUTF8Bytes(base64) { (b) throws(VerificationError) in try verifyAppReceipt(base64: b) }
+    }
+
+    /// Verifies the DER bytes of an app receipt.
+    public func verifyAppReceipt(der: [UInt8]) throws(VerificationError) -> VerifiedAppReceipt {
+        if der.count > policy.maxReceiptBytes {
+            throw VerificationError(
+                .payloadTooLarge, "receipt is \(der.count) bytes; the limit is \(policy.maxReceiptBytes) bytes")
+        }
+        let signed = try PKCS7SignedData(der: der)
+        let receipt = try AppReceipt(content: signed.content)
+
+        // Validation time, read before the signature and bound by it afterwards.
+        let validationTime: Int64
+        switch policy.validationTime {
+        case .now: validationTime = now()
+        case .signedDate: validationTime = receipt.receiptCreationDate ?? now()
+        }
+        let env = receipt.environment
+        if env.isUnsigned {
+            if !policy.allowUnsignedEnvironments {
+                throw VerificationError(
+                    .unsignedEnvironmentRefused,
+                    "receipt type \(receipt.receiptType ?? "") is signed locally (StoreKit testing), not by Apple; refused "
+                        + "(development-only option allowUnsignedEnvironments is off)")
+            }
+            return VerifiedAppReceipt(payload: receipt)
+        }
+
+        let chain = try receiptChain(signed, validationTime: validationTime)
+        if !chain.isValid(atMillis: validationTime) {
+            throw VerificationError(
+                .certificateNotValidAtTime,
+                "validation time \(Self.iso(validationTime)) is outside the chain's validity "
+                    + "[\(Self.iso(chain.notBeforeMillis)), \(Self.iso(chain.notAfterMillis))]")
+        }
+        guard let key = chain.leafCertificateKey else {
+            throw VerificationError(.untrustedChain, "the cached chain has no signer key")
+        }
+        try Self.checkReceiptSignature(signed, key: key)
+
+        // App policy.
+        guard let bundle = receipt.bundleId else {
+            throw VerificationError(.wrongBundleId, "receipt has no bundle id (field 2); expected \(policy.bundleId)")
+        }
+        if bundle != policy.bundleId {
+            throw VerificationError(.wrongBundleId, "bundle id (field 2) is \(bundle); expected \(policy.bundleId)")
+        }
+        try checkEnvironmentValue(env, field: "receipt type (field 0)")
+        if env == .production {
+            guard let expected = policy.appAppleId else {
+                throw VerificationError(.wrongAppAppleId, "Production receipt but no appAppleId is configured")
+            }
+            guard let id = receipt.appAppleId else {
+                throw VerificationError(.wrongAppAppleId, "Production receipt without an app id (field 1); expected \(expected)")
+            }
+            if id != expected {
+                throw VerificationError(.wrongAppAppleId, "app id (field 1) is \(id); expected \(expected)")
+            }
+        }
+        return VerifiedAppReceipt(payload: receipt)
+    }
+
+    // MARK: - Chain
+
+    /// The signer's verified chain, from the cache when this exact sid + certificate set was verified before.
+    func receiptChain(_ signed: PKCS7SignedData, validationTime: Int64) throws(VerificationError) -> VerifiedChain {
+        let si = signed.signerInfo
+        var keyBytes: [UInt8] = [Self.receiptTag]
+        keyBytes.append(contentsOf: si.issuerDER ?? [])
+        keyBytes.append(0)
+        keyBytes.append(contentsOf: si.serialNumber ?? si.subjectKeyIdentifier ?? [])
+        keyBytes.append(0)
+        keyBytes.append(contentsOf: signed.certificateSetDER)
+        let key = ChainCacheKey(bytes: keyBytes)
+        if let cache = chainCache, let c = cache.lookup(key), trustedFingerprints.contains(c.rootFingerprint) {
+            return c
+        }
+        var certificates: [Certificate] = []
+        for (i, der) in signed.certificates.enumerated() {
+            do { certificates.append(try Certificate(derEncoded: der)) } catch {
+                throw VerificationError(.untrustedChain, "certificate \(i) of the SignedData is not a valid X.509 certificate: \(error)")
+            }
+        }
+        guard let leafIndex = Self.signerIndex(si, certificates, ders: signed.certificates) else {
+            throw VerificationError(.untrustedChain, "the signer's certificate (SignerInfo sid) is not in the SignedData's certificate set")
+        }
+        var intermediates = certificates
+        let leaf = intermediates.remove(at: leafIndex)
+        // RFC 5280 at this receipt's validation time; a cached chain is checked against its window per receipt.
+        let r = try AppleChainVerifier(roots: policy.roots).verify(
+            leaf: leaf, intermediates: intermediates, validationTime: validationTime)
+        let chain = VerifiedChain(
+            leafCertificateKey: r.leafKey, notBeforeMillis: r.notBeforeMillis, notAfterMillis: r.notAfterMillis,
+            rootFingerprint: r.anchor.fingerprint)
+        chainCache?.insert(key, chain)
+        return chain
+    }
+
+    static func signerIndex(_ si: PKCS7SignedData.SignerInfo, _ certs: [Certificate], ders: [[UInt8]]) -> Int? {
+        for (i, c) in certs.enumerated() {
+            if let serial = si.serialNumber, let issuer = si.issuerDER {
+                var s = DER.Serializer()
+                guard (try? s.serialize(c.issuer)) != nil else { continue }
+                if s.serializedBytes == issuer && Array(c.serialNumber.bytes) == serial { return i }
+            } else if let ski = si.subjectKeyIdentifier {
+                if let id = try? c.extensions.subjectKeyIdentifier, Array(id.keyIdentifier) == ski { return i }
+            }
+        }
+        return nil
+    }
+
+    // MARK: - Signature
+
+    static let sha1OID: ASN1ObjectIdentifier = [1, 3, 14, 3, 2, 26]
+    static let sha256OID: ASN1ObjectIdentifier = [2, 16, 840, 1, 101, 3, 4, 2, 1]
+    static let sha384OID: ASN1ObjectIdentifier = [2, 16, 840, 1, 101, 3, 4, 2, 2]
+    static let sha512OID: ASN1ObjectIdentifier = [2, 16, 840, 1, 101, 3, 4, 2, 3]
+    static let rsaEncryptionOID: ASN1ObjectIdentifier = [1, 2, 840, 113549, 1, 1, 1]
+    static let rsaWithHash: [ASN1ObjectIdentifier: ASN1ObjectIdentifier] = [
+        [1, 2, 840, 113549, 1, 1, 5]: sha1OID, [1, 2, 840, 113549, 1, 1, 11]: sha256OID,
+        [1, 2, 840, 113549, 1, 1, 12]: sha384OID, [1, 2, 840, 113549, 1, 1, 13]: sha512OID,
+    ]
+
+    static func digest(_ oid: ASN1ObjectIdentifier, _ bytes: [UInt8]) -> [UInt8] {
+        switch oid {
+        case sha1OID: return Array(Insecure.SHA1.hash(data: bytes))
+        case sha256OID: return Array(SHA256.hash(data: bytes))
+        case sha384OID: return Array(SHA384.hash(data: bytes))
+        default: return Array(SHA512.hash(data: bytes))
+        }
+    }
+
+    static func checkReceiptSignature(_ signed: PKCS7SignedData, key: Certificate.PublicKey) throws(VerificationError) {
+        let si = signed.signerInfo
+        let digestOID = si.digestAlgorithm.oid
+        let algorithm: Certificate.SignatureAlgorithm
+        switch digestOID {
+        case sha1OID: algorithm = .sha1WithRSAEncryption
+        case sha256OID: algorithm = .sha256WithRSAEncryption
+        case sha384OID: algorithm = .sha384WithRSAEncryption
+        case sha512OID: algorithm = .sha512WithRSAEncryption
+        default:
+            throw VerificationError(.invalidSignature, "SignerInfo digest algorithm \(digestOID) is not SHA-1/256/384/512")
+        }
+        let sigOID = si.signatureAlgorithm.oid
+        if sigOID != rsaEncryptionOID {
+            guard let named = rsaWithHash[sigOID] else {
+                throw VerificationError(
+                    .invalidSignature, "SignerInfo signature algorithm \(sigOID) is not RSA PKCS#1 v1.5")
+            }
+            guard named == digestOID else {
+                throw VerificationError(
+                    .invalidSignature, "SignerInfo signature algorithm \(sigOID) disagrees with digest algorithm \(digestOID)")
+            }
+        }
+        let signedBytes: [UInt8]
+        if let attrs = si.signedAttributesDER {
+            // RFC 5652 §5.4: the content-type and message-digest attributes must be present and match.
+            guard let md = si.signedAttributes.first(where: { $0.0 == PKCS7SignedData.messageDigestAttributeOID }),
+                md.1.count == 1
+            else {
+                throw VerificationError(.invalidSignature, "signed attributes without exactly one message-digest value")
+            }
+            let expected = [UInt8](ASN1OctetString(contentBytes: ArraySlice(digest(digestOID, signed.content))).derBytes)
+            guard md.1[0] == expected else {
+                throw VerificationError(.invalidSignature, "message-digest attribute does not match the receipt content")
+            }
+            guard let ct = si.signedAttributes.first(where: { $0.0 == PKCS7SignedData.contentTypeAttributeOID }),
+                ct.1.count == 1, (try? ASN1ObjectIdentifier(derEncoded: ct.1[0])) == PKCS7SignedData.dataOID
+            else {
+                throw VerificationError(.invalidSignature, "signed attributes without a content-type attribute of id-data")
+            }
+            signedBytes = attrs
+        } else {
+            signedBytes = signed.content
+        }
+        guard key.isValidSignature(si.signature, for: signedBytes, signatureAlgorithm: algorithm) else {
+            throw VerificationError(
+                .invalidSignature, "RSA PKCS#1 v1.5 \(algorithm) signature does not verify with the signer certificate's key")
+        }
+    }
+}
+
+extension ASN1OctetString {
+    var derBytes: [UInt8] {
+        var s = DER.Serializer()
+        try? s.serialize(self)
+        return s.serializedBytes
+    }
+}
