@@ -5,6 +5,7 @@ struct Bench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "bench",
         abstract: "Benchmarks.",
-        subcommands: [BenchVerify.self, BenchKafka.self, BenchWorker.self, BenchSink.self, BenchPipeline.self]
+        subcommands: [BenchVerify.self, BenchKafka.self, BenchWorker.self, BenchSink.self, BenchPipeline.self,
+                      BenchChaos.self]
     )
 }
