@@ -273,8 +273,9 @@ public final class ChaosSoak: @unchecked Sendable {
             let stall = rng.uniform(3...8)
             proxy.pause()
             try await Task.sleep(for: .milliseconds(Int(stall * 1000)))
+            let held = proxy.openConnections
             proxy.resume()
-            say("fault      \(at)  sink's database connection stalled for \(String(format: "%.1f", stall)) s (\(proxy.openConnections) connection(s) through the proxy)")
+            say("fault      \(at)  sink's database connection stalled for \(String(format: "%.1f", stall)) s (\(held) connection(s) held through the proxy)")
         }
     }
 
@@ -302,11 +303,8 @@ public final class ChaosSoak: @unchecked Sendable {
         for (i, item) in traffic.items.enumerated() {
             let due = start + .milliseconds(Int(Double(i) * interval * 1000))
             if due > .now { try await Task.sleep(until: due, clock: .continuous) }
-            if i % 25 == 0 {
-                let waitStart = ContinuousClock.now
-                try await waitForRoom(admin, published: i, budget: budget)
-                start += ContinuousClock.now - waitStart
-            }
+            // Time spent waiting for room shifts the schedule instead of causing a catch-up burst.
+            if i % 25 == 0 { start += try await waitForRoom(admin, published: i, budget: budget) }
             let message = OutgoingMessage(topic: DemoRunner.rawTopic, key: item.key.map { Array($0.utf8) }, value: item.value)
             try producer.enqueue(message) { [self] result in
                 switch result {
@@ -321,15 +319,18 @@ public final class ChaosSoak: @unchecked Sendable {
         return deliveries.withLock { $0.count }
     }
 
-    private func waitForRoom(_ admin: KafkaAdmin, published: Int, budget: Int64) async throws {
+    /// Returns how long it waited beyond the first look (zero when there was room).
+    private func waitForRoom(_ admin: KafkaAdmin, published: Int, budget: Int64) async throws -> Duration {
         let deadline = ContinuousClock.now + .seconds(300)
+        var firstRefusal: ContinuousClock.Instant?
         while ContinuousClock.now < deadline {
             let undelivered = Int64(published - deliveries.withLock { $0.count })
             if let raw = try? await admin.consumerLag(groupId: DemoRunner.workerGroup, topics: [DemoRunner.rawTopic]),
                let result = try? await admin.consumerLag(groupId: DemoRunner.sinkGroup, topics: [DemoRunner.resultTopic]),
                (raw.map(\.lag).max() ?? 0) + undelivered < budget, (result.map(\.lag).max() ?? 0) < budget {
-                return
+                return firstRefusal.map { ContinuousClock.now - $0 } ?? .zero
             }
+            if firstRefusal == nil { firstRefusal = .now }
             try await Task.sleep(for: .milliseconds(250))
         }
         throw DemoError("the workers and the sink made no room on the topics in 300 s")
