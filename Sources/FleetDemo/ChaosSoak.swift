@@ -28,6 +28,9 @@ public final class ChaosSoak: @unchecked Sendable {
         public var rate = 40
         /// Seconds between two faults (uniform in this range).
         public var faultGap: ClosedRange<Double> = 3...8
+        /// Longest stall of the sink's database connection, seconds (from 3 s; the sink's batch timeout is 30 s, so
+        /// a longer stall exercises its time-out-and-reconnect path).
+        public var maxStall = 8.0
         public var drainTimeout: Duration = .seconds(600)
         /// Keep the work directory (logs) even when every check passed.
         public var keepLogs = false
@@ -270,7 +273,7 @@ public final class ChaosSoak: @unchecked Sendable {
             say("fault      \(at)  PostgreSQL stopped (fast shutdown), down \(String(format: "%.1f", down)) s, restarted")
         case .stallSink:
             guard let proxy else { return }
-            let stall = rng.uniform(3...8)
+            let stall = rng.uniform(3...max(3, options.maxStall))
             proxy.pause()
             try await Task.sleep(for: .milliseconds(Int(stall * 1000)))
             let held = proxy.openConnections

@@ -39,6 +39,9 @@ struct BenchChaos: AsyncParsableCommand {
     @Option(help: "Longest pause between two faults, seconds.")
     var maxFaultGap = 8.0
 
+    @Option(help: "Longest stall of the sink's database connection, seconds (over 30 reaches the sink's batch timeout).")
+    var maxStall = 8.0
+
     @Option(help: "Seconds to wait for every lag to reach 0 after the last fault.")
     var drainTimeout = 600
 
@@ -50,6 +53,7 @@ struct BenchChaos: AsyncParsableCommand {
         guard workers >= 2 else { throw ValidationError("--workers must be at least 2") }
         guard partitions >= 1, rate >= 1, drainTimeout >= 1 else { throw ValidationError("--partitions, --rate and --drain-timeout must be >= 1") }
         guard minFaultGap > 0, maxFaultGap >= minFaultGap else { throw ValidationError("need 0 < --min-fault-gap <= --max-fault-gap") }
+        guard maxStall >= 3 else { throw ValidationError("--max-stall must be at least 3 seconds") }
     }
 
     func run() async throws {
@@ -61,6 +65,7 @@ struct BenchChaos: AsyncParsableCommand {
         options.workers = workers
         options.rate = rate
         options.faultGap = minFaultGap...maxFaultGap
+        options.maxStall = maxStall
         options.drainTimeout = .seconds(drainTimeout)
         options.keepLogs = keepLogs
         let report = try await ChaosSoak(options: options).run()
