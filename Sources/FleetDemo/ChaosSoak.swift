@@ -100,6 +100,7 @@ public final class ChaosSoak: @unchecked Sendable {
         report.minutes = options.minutes
         report.partitions = options.partitions
         report.workers = options.workers
+        installInterruptHandler()
         do {
             let (traffic, pki) = try await start()
             try await soak(traffic)
@@ -202,6 +203,25 @@ public final class ChaosSoak: @unchecked Sendable {
     }
 
     var allChildren: [ChaosChild] { workers + (sink.map { [$0] } ?? []) }
+
+    private var signalSources: [any DispatchSourceSignal] = []
+
+    /// Ctrl-C or SIGTERM: kill every child, remove the throwaway database and exit 130, leaving nothing running.
+    private func installInterruptHandler() {
+        for sig in [SIGINT, SIGTERM] {
+            signal(sig, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
+            source.setEventHandler { [self] in
+                say("chaos      interrupted: killing every process (logs: \(directory))")
+                for child in allChildren where child.isRunning { kill(child.pid, SIGKILL) }
+                proxy?.shutdown()
+                postgres?.destroy()
+                exit(130)
+            }
+            source.resume()
+            signalSources.append(source)
+        }
+    }
 
     private func stop() async {
         for child in allChildren { await child.stop() }
