@@ -37,5 +37,11 @@ test-chart:
 demo: release
 	.build/release/fleet demo
 
+# The long chaos soak (`make test` runs a one-minute variant): faults under traffic, then nothing lost or applied twice.
+.PHONY: chaos
+CHAOS_MINUTES ?= 10
+chaos: release
+	.build/release/fleet bench chaos --minutes $(CHAOS_MINUTES)
+
 clean:
 	rm -rf .build

@@ -152,6 +152,7 @@ let package = Package(
             dependencies: [
                 "AppStoreVerification", "FleetTestPKI", "EntitlementDomain", "FleetKafka", "FleetOperations", "FleetSink",
                 "FleetIngestClient",
+                "FleetWorker",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ],

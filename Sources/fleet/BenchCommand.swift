@@ -6,6 +6,6 @@ struct Bench: AsyncParsableCommand {
         commandName: "bench",
         abstract: "Benchmarks.",
         subcommands: [BenchVerify.self, BenchKafka.self, BenchWorker.self, BenchSink.self, BenchPipeline.self,
-                      BenchIngest.self]
+                      BenchIngest.self, BenchChaos.self]
     )
 }
