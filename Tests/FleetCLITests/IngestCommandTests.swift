@@ -140,7 +140,11 @@ struct IngestCommandTests {
                 try await group.waitForAll()
             }
         }
-        try await Task.sleep(for: .seconds(2))
+        // SIGTERM once the load is flowing (on a loaded machine the first answers can take a while).
+        let flowing = ContinuousClock.now + .seconds(60)
+        while ContinuousClock.now < flowing, accepted.bodies.withLock({ $0.count }) < 20 {
+            try await Task.sleep(for: .milliseconds(100))
+        }
         kill(p.processIdentifier, SIGTERM)
         let exitBy = ContinuousClock.now + .seconds(40)
         while p.isRunning && ContinuousClock.now < exitBy { try await Task.sleep(for: .milliseconds(100)) }

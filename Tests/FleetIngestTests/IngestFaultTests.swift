@@ -58,7 +58,11 @@ struct IngestFaultTests {
         let stop = Flag()
         let tally = Tally()
         let loader = Task { try await Self.load(h, threads: 8, stop: stop, tally: tally) }
-        try await Task.sleep(for: .seconds(2))
+        // The fault starts once the load is flowing (on a loaded machine the first answers can take a while).
+        let flowing = ContinuousClock.now + .seconds(60)
+        while ContinuousClock.now < flowing, tally.accepted.withLock({ $0.count }) < 20 {
+            try await Task.sleep(for: .milliseconds(100))
+        }
         let beforeDown = tally.accepted.withLock { $0.count }
         try h.cluster.setBrokerDown(1)
         // Answers to requests sent while the broker is down.
