@@ -176,31 +176,11 @@ struct Ingest: AsyncParsableCommand {
     func resolveProcessor(_ s: FleetSettings, worker w: FleetSettings) throws -> InputProcessor {
         func string(_ key: String, _ flag: String?) -> String? { w.string(key, flag: s.string(key, flag: flag)) }
         func strings(_ key: String, _ flag: [String]) -> [String] { w.strings(key, flag: s.strings(key, flag: flag)) }
-        let rootPaths = strings("root-certificate", rootCertificates)
-        guard !rootPaths.isEmpty else { throw FleetSettings.Error.missing(key: "root-certificate") }
-        var roots: [TrustedRoot] = []
-        for path in rootPaths {
-            guard let data = FileManager.default.contents(atPath: path) else {
-                throw FleetSettings.Error.invalidValue(key: "root-certificate", value: path, expected: "a readable DER or PEM file")
-            }
-            roots += try TrustedRoot.load(derOrPEM: Array(data))
-        }
-        let envNames = strings("environment", environments).isEmpty ? ["Production"] : strings("environment", environments)
-        var envs = Set<AppStoreVerification.Environment>()
-        for name in envNames {
-            guard let e = AppStoreVerification.Environment(parsing: name) else {
-                throw FleetSettings.Error.invalidValue(key: "environment", value: name, expected: "Production, Sandbox, Xcode or LocalTesting")
-            }
-            envs.insert(e)
-        }
-        let timeText = string("validation-time", validationTime) ?? "signed-date"
-        guard let time = ValidationTime(rawValue: timeText) else {
-            throw FleetSettings.Error.invalidValue(key: "validation-time", value: timeText, expected: "signed-date or now")
-        }
         guard let bundle = string("bundle-id", bundleId) else { throw FleetSettings.Error.missing(key: "bundle-id") }
-        let appId = try s.optionalInt64("app-apple-id", flag: appAppleId) ?? w.optionalInt64("app-apple-id", flag: nil)
-        let policy = try VerificationPolicy(
-            roots: roots, bundleId: bundle, appAppleId: appId, environments: envs, validationTime: time,
+        let policy = try verificationPolicy(
+            rootPaths: strings("root-certificate", rootCertificates), environments: strings("environment", environments),
+            validationTime: string("validation-time", validationTime) ?? "signed-date", bundleId: bundle,
+            appAppleId: try s.optionalInt64("app-apple-id", flag: appAppleId) ?? w.optionalInt64("app-apple-id", flag: nil),
             allowUnsignedEnvironments: try s.bool("allow-unsigned-environments", flag: allowUnsignedEnvironments)
                 || w.bool("allow-unsigned-environments", flag: false))
         var catalogue = ProductCatalogue()

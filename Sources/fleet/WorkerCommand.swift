@@ -122,31 +122,12 @@ struct Worker: AsyncParsableCommand {
     func resolve(_ s: FleetSettings) async throws -> WorkerConfiguration {
         let bootstrap = try s.requiredString("bootstrap-servers", flag: service.bootstrapServers)
         let topics = s.strings("input-topic", flag: inputTopics, default: ["appstore.raw"])
-        let rootPaths = s.strings("root-certificate", flag: rootCertificates)
-        guard !rootPaths.isEmpty else { throw FleetSettings.Error.missing(key: "root-certificate") }
-        var roots: [TrustedRoot] = []
-        for path in rootPaths {
-            guard let data = FileManager.default.contents(atPath: path) else {
-                throw FleetSettings.Error.invalidValue(key: "root-certificate", value: path, expected: "a readable DER or PEM file")
-            }
-            roots += try TrustedRoot.load(derOrPEM: Array(data))
-        }
-        let envNames = s.strings("environment", flag: environments, default: ["Production"])
-        var envs = Set<AppStoreVerification.Environment>()
-        for name in envNames {
-            guard let e = AppStoreVerification.Environment(parsing: name) else {
-                throw FleetSettings.Error.invalidValue(key: "environment", value: name, expected: "Production, Sandbox, Xcode or LocalTesting")
-            }
-            envs.insert(e)
-        }
-        let timeText = s.string("validation-time", flag: validationTime, default: "signed-date")!
-        guard let time = ValidationTime(rawValue: timeText) else {
-            throw FleetSettings.Error.invalidValue(key: "validation-time", value: timeText, expected: "signed-date or now")
-        }
-        let policy = try VerificationPolicy(
-            roots: roots, bundleId: try s.requiredString("bundle-id", flag: bundleId),
-            appAppleId: try s.optionalInt64("app-apple-id", flag: appAppleId), environments: envs,
-            validationTime: time,
+        let policy = try verificationPolicy(
+            rootPaths: s.strings("root-certificate", flag: rootCertificates),
+            environments: s.strings("environment", flag: environments, default: ["Production"]),
+            validationTime: s.string("validation-time", flag: validationTime, default: "signed-date")!,
+            bundleId: try s.requiredString("bundle-id", flag: bundleId),
+            appAppleId: try s.optionalInt64("app-apple-id", flag: appAppleId),
             allowUnsignedEnvironments: try s.bool("allow-unsigned-environments", flag: allowUnsignedEnvironments))
         var catalogue = ProductCatalogue()
         if let path = s.string("products", flag: products) {
