@@ -65,8 +65,13 @@ struct IngestFaultTests {
         }
         let beforeDown = tally.accepted.withLock { $0.count }
         try h.cluster.setBrokerDown(1)
-        // Answers to requests sent while the broker is down.
+        // Answers to requests sent while the broker is down: the broker stays down until some have timed out into
+        // 503s (publish timeout 1.5 s; longer on a loaded machine).
         try await Task.sleep(for: .seconds(4))
+        let outage = ContinuousClock.now + .seconds(30)
+        while ContinuousClock.now < outage, tally.unavailable.load(ordering: .relaxed) == 0 {
+            try await Task.sleep(for: .milliseconds(200))
+        }
         let duringDown = tally.accepted.withLock { $0.count }
         let unavailableDuringDown = tally.unavailable.load(ordering: .relaxed)
         try h.cluster.setBrokerUp(1)

@@ -135,7 +135,8 @@ import Testing
         let state = try #require(watch.partitions[p0])
         #expect(state.warned, "passed 80 % of the mock's 5 MiB")
         #expect(state.lowWatermark > 0, "the deletion was seen")
-        #expect(state.retainedBytes <= Int64(EmbeddedKafkaRetentionWatch.partitionBytes + 2 * value.count))
+        // An estimate (deleted records' bytes are scaled off), not a count: it stays near the limit.
+        #expect(state.retainedBytes < Int64(2 * EmbeddedKafkaRetentionWatch.partitionBytes))
         #expect(watch.partitions[TopicPartition(topic: topic, partition: 1)]?.warned != true)
         #expect(EmbeddedKafkaRetentionWatch.partitions(forBytes: 30 * 1024 * 1024, minimum: 6) == 12)
     }
