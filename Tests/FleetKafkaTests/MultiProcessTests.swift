@@ -90,7 +90,9 @@ struct MultiProcessTests {
             try await Task.sleep(for: .milliseconds(300))
         }
         #expect(complete, "not every message was processed: \(Self.processed(fileA).mapValues(\.count)) / \(Self.processed(fileB).mapValues(\.count))")
-        #expect(Set(Self.processed(fileB).keys) == Set((0..<6).map(Int32.init)), "B did not take over all partitions")
+        // B took over every partition A left unfinished (A may have finished one entirely before it was killed).
+        let unfinishedByA = Set((0..<6).map(Int32.init).filter { (Self.processed(fileA)[$0]?.count ?? 0) < perPartition })
+        #expect(unfinishedByA.isSubset(of: Set(Self.processed(fileB).keys)), "B did not take over all of A's unfinished partitions")
         #expect(!aPartitions.isEmpty && !bPartitions.isEmpty)
 
         // B leaves gracefully: everything ends committed.
