@@ -79,29 +79,7 @@ struct Ingest: AsyncParsableCommand {
     @Option(help: "Log format: json or text.")
     var logFormat: String?
 
-    @Option(name: .customLong("root-certificate"), help: "Trusted root certificate, DER or PEM (repeatable).")
-    var rootCertificates: [String] = []
-
-    @Option(help: "The app's bundle id.")
-    var bundleId: String?
-
-    @Option(name: .customLong("environment"), help: "Accepted environment: Production, Sandbox (repeatable).")
-    var environments: [String] = []
-
-    @Option(help: "The app's Apple id (required for Production).")
-    var appAppleId: Int64?
-
-    @Option(help: "Product catalogue (YAML or JSON).")
-    var products: String?
-
-    @Flag(help: "Reject purchases of products missing from the catalogue (UNKNOWN_PRODUCT).")
-    var requireKnownProducts = false
-
-    @Option(help: "Validation time of certificates: signed-date (default) or now.")
-    var validationTime: String?
-
-    @Flag(help: "Development only: accept Xcode/LocalTesting data, which is not signed by Apple.")
-    var allowUnsignedEnvironments = false
+    @OptionGroup var verification: VerificationOptions
 
     func run() async throws {
         let settings: FleetSettings
@@ -176,16 +154,16 @@ struct Ingest: AsyncParsableCommand {
     func resolveProcessor(_ s: FleetSettings, worker w: FleetSettings) throws -> InputProcessor {
         func string(_ key: String, _ flag: String?) -> String? { w.string(key, flag: s.string(key, flag: flag)) }
         func strings(_ key: String, _ flag: [String]) -> [String] { w.strings(key, flag: s.strings(key, flag: flag)) }
-        guard let bundle = string("bundle-id", bundleId) else { throw FleetSettings.Error.missing(key: "bundle-id") }
+        guard let bundle = string("bundle-id", verification.bundleId) else { throw FleetSettings.Error.missing(key: "bundle-id") }
         let policy = try verificationPolicy(
-            rootPaths: strings("root-certificate", rootCertificates), environments: strings("environment", environments),
-            validationTime: string("validation-time", validationTime) ?? "signed-date", bundleId: bundle,
-            appAppleId: try s.optionalInt64("app-apple-id", flag: appAppleId) ?? w.optionalInt64("app-apple-id", flag: nil),
-            allowUnsignedEnvironments: try s.bool("allow-unsigned-environments", flag: allowUnsignedEnvironments)
+            rootPaths: strings("root-certificate", verification.rootCertificates), environments: strings("environment", verification.environments),
+            validationTime: string("validation-time", verification.validationTime) ?? "signed-date", bundleId: bundle,
+            appAppleId: try s.optionalInt64("app-apple-id", flag: verification.appAppleId) ?? w.optionalInt64("app-apple-id", flag: nil),
+            allowUnsignedEnvironments: try s.bool("allow-unsigned-environments", flag: verification.allowUnsignedEnvironments)
                 || w.bool("allow-unsigned-environments", flag: false))
         var catalogue = ProductCatalogue()
-        if let path = string("products", products) { catalogue = try ProductCatalogue.load(path: path) }
-        let requireKnown = try s.bool("require-known-products", flag: requireKnownProducts)
+        if let path = string("products", verification.products) { catalogue = try ProductCatalogue.load(path: path) }
+        let requireKnown = try s.bool("require-known-products", flag: verification.requireKnownProducts)
             || w.bool("require-known-products", flag: false)
         return InputProcessor(
             verifier: SignedDataVerifier(policy: policy),

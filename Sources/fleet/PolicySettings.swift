@@ -1,4 +1,5 @@
 import AppStoreVerification
+import ArgumentParser
 import FleetOperations
 import Foundation
 
@@ -29,4 +30,31 @@ func verificationPolicy(
     return try VerificationPolicy(
         roots: roots, bundleId: bundleId, appAppleId: appAppleId, environments: envs, validationTime: time,
         allowUnsignedEnvironments: allowUnsignedEnvironments)
+}
+
+/// The verification flags of `fleet worker` and `fleet ingest` (one policy for both; the same keys in the config file).
+struct VerificationOptions: ParsableArguments {
+    @Option(name: .customLong("root-certificate"), help: "Trusted root certificate, DER or PEM (repeatable).")
+    var rootCertificates: [String] = []
+
+    @Option(help: "The app's bundle id.")
+    var bundleId: String?
+
+    @Option(name: .customLong("environment"), help: "Accepted environment: Production, Sandbox (repeatable).")
+    var environments: [String] = []
+
+    @Option(help: "The app's Apple id (required for Production).")
+    var appAppleId: Int64?
+
+    @Option(help: "Product catalogue (YAML or JSON).")
+    var products: String?
+
+    @Flag(help: "Reject purchases of products missing from the catalogue (UNKNOWN_PRODUCT).")
+    var requireKnownProducts = false
+
+    @Option(help: "Validation time of certificates: signed-date (offline, default) or now.")
+    var validationTime: String?
+
+    @Flag(help: "Development only: accept Xcode/LocalTesting data, which is not signed by Apple.")
+    var allowUnsignedEnvironments = false
 }

@@ -60,32 +60,10 @@ struct Worker: AsyncParsableCommand {
     @Option(help: "Topic for rejected inputs (original bytes, reason in headers).")
     var rejectedTopic: String?
 
-    @Option(name: .customLong("root-certificate"), help: "Trusted root certificate, DER or PEM (repeatable).")
-    var rootCertificates: [String] = []
-
-    @Option(help: "The app's bundle id.")
-    var bundleId: String?
-
-    @Option(name: .customLong("environment"), help: "Accepted environment: Production, Sandbox (repeatable).")
-    var environments: [String] = []
-
-    @Option(help: "The app's Apple id (required for Production).")
-    var appAppleId: Int64?
-
-    @Option(help: "Product catalogue (YAML or JSON).")
-    var products: String?
-
-    @Flag(help: "Reject purchases of products missing from the catalogue (UNKNOWN_PRODUCT).")
-    var requireKnownProducts = false
-
-    @Option(help: "Validation time of certificates: signed-date (offline, default) or now.")
-    var validationTime: String?
-
     @Option(help: "Verification threads (default: every core).")
     var threads: Int?
 
-    @Flag(help: "Development only: accept Xcode/LocalTesting data, which is not signed by Apple.")
-    var allowUnsignedEnvironments = false
+    @OptionGroup var verification: VerificationOptions
 
     func run() async throws {
         let settings: FleetSettings
@@ -123,14 +101,14 @@ struct Worker: AsyncParsableCommand {
         let bootstrap = try s.requiredString("bootstrap-servers", flag: service.bootstrapServers)
         let topics = s.strings("input-topic", flag: inputTopics, default: ["appstore.raw"])
         let policy = try verificationPolicy(
-            rootPaths: s.strings("root-certificate", flag: rootCertificates),
-            environments: s.strings("environment", flag: environments, default: ["Production"]),
-            validationTime: s.string("validation-time", flag: validationTime, default: "signed-date")!,
-            bundleId: try s.requiredString("bundle-id", flag: bundleId),
-            appAppleId: try s.optionalInt64("app-apple-id", flag: appAppleId),
-            allowUnsignedEnvironments: try s.bool("allow-unsigned-environments", flag: allowUnsignedEnvironments))
+            rootPaths: s.strings("root-certificate", flag: verification.rootCertificates),
+            environments: s.strings("environment", flag: verification.environments, default: ["Production"]),
+            validationTime: s.string("validation-time", flag: verification.validationTime, default: "signed-date")!,
+            bundleId: try s.requiredString("bundle-id", flag: verification.bundleId),
+            appAppleId: try s.optionalInt64("app-apple-id", flag: verification.appAppleId),
+            allowUnsignedEnvironments: try s.bool("allow-unsigned-environments", flag: verification.allowUnsignedEnvironments))
         var catalogue = ProductCatalogue()
-        if let path = s.string("products", flag: products) {
+        if let path = s.string("products", flag: verification.products) {
             catalogue = try ProductCatalogue.load(path: path)
         }
         // Memory: raw inputs are large (a notification is 10-20 KB), so the worker keeps a modest prefetch:
@@ -151,7 +129,7 @@ struct Worker: AsyncParsableCommand {
             resultTopic: s.string("result-topic", flag: resultTopic, default: "entitlements.verified")!,
             rejectedTopic: s.string("rejected-topic", flag: rejectedTopic, default: "appstore.rejected")!,
             policy: policy, catalogue: catalogue,
-            requireKnownProducts: try s.bool("require-known-products", flag: requireKnownProducts),
+            requireKnownProducts: try s.bool("require-known-products", flag: verification.requireKnownProducts),
             threads: try s.int("threads", flag: threads, default: ProcessInfo.processInfo.activeProcessorCount),
             shutdownDeadline: .seconds(try s.int("shutdown-deadline-seconds", flag: service.shutdownDeadlineSeconds, default: 25)))
     }
