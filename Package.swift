@@ -52,6 +52,19 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
+        // `--revocation-check`: OCSP over AsyncHTTPClient for the core's revocation checker, and its metrics.
+        .target(
+            name: "FleetRevocation",
+            dependencies: [
+                "AppStoreVerification",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+            ],
+            swiftSettings: strict
+        ),
         // An Apple-shaped test PKI and JWS signer (tests, benchmarks, demo traffic). Never trusted in production.
         .target(
             name: "FleetTestPKI",
@@ -200,7 +213,7 @@ let package = Package(
                 "FleetOperations", "FleetWorker", "FleetSink", "FleetDemo",
                 "FleetDashboard",
                 "AppStoreServerAPI", "FleetResponder",
-                "FleetIngest", "FleetIngestClient",
+                "FleetIngest", "FleetIngestClient", "FleetRevocation",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -219,11 +232,21 @@ let package = Package(
                 .product(name: "SwiftASN1", package: "swift-asn1"),
             ]
         ),
+        .testTarget(name: "FleetRevocationTests", dependencies: [
+            "FleetRevocation", "AppStoreVerification", "FleetTestPKI",
+            .product(name: "Crypto", package: "swift-crypto"),
+            .product(name: "X509", package: "swift-certificates"),
+            .product(name: "SwiftASN1", package: "swift-asn1"),
+            .product(name: "Logging", package: "swift-log"),
+        ]),
         .testTarget(name: "EntitlementDomainTests", dependencies: [
             "EntitlementDomain", "AppStoreVerification", "FleetTestPKI", .product(name: "Crypto", package: "swift-crypto"),
         ]),
         .testTarget(name: "FleetKafkaTests", dependencies: ["FleetKafka", "FleetOperations"]),
-        .testTarget(name: "FleetWorkerTests", dependencies: ["FleetWorker", "FleetKafka", "FleetTestPKI", "EntitlementDomain"]),
+        .testTarget(name: "FleetWorkerTests", dependencies: [
+            "FleetWorker", "FleetKafka", "FleetTestPKI", "EntitlementDomain", "FleetRevocation", "FleetOperations",
+            "AppStoreVerification", .product(name: "Logging", package: "swift-log"),
+        ]),
         .testTarget(
             name: "FleetSinkTests",
             dependencies: [

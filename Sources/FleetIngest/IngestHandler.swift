@@ -160,6 +160,12 @@ struct IngestHandler: Sendable {
         case .rejected(let reason, let detail):
             Counter(label: "fleet_ingest_verdicts_total", dimensions: [("verdict", "rejected"), ("reason", reason.rawValue)]).increment()
             return IngestHTTP.json(.unprocessableContent, ["verdict": "rejected", "reason": reason.rawValue, "detail": detail])
+        case .retryable(let reason, let detail):
+            // Published (the workers verify it once the status is known); no verdict now: the client retries.
+            Counter(label: "fleet_ingest_verdicts_total", dimensions: [("verdict", "retryable"), ("reason", reason.rawValue)]).increment()
+            return IngestHTTP.json(
+                .serviceUnavailable, ["verdict": "retryable", "reason": reason.rawValue, "detail": detail],
+                retryAfter: configuration.retryAfterSeconds)
         }
     }
 

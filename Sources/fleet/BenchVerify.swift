@@ -1,5 +1,6 @@
 import AppStoreVerification
 import ArgumentParser
+import FleetRevocation
 import FleetTestPKI
 import Foundation
 
@@ -23,8 +24,16 @@ struct BenchVerify: ParsableCommand {
 
     @Option(help: "Seconds per phase.") var seconds: Double = 3
     @Option(help: "Threads.") var threads: Int = 1
+    @Option(help: """
+        off (default), or soft/hard: also measure transactions/s with revocation checks (warm OCSP answer cache, \
+        local openssl responders) against the offline verifier in the same run (revocation_* fields; target >= 0.9x).
+        """)
+    var revocationCheck: String = "off"
 
     func run() throws {
+        guard let mode = RevocationSettings.Mode(rawValue: revocationCheck) else {
+            throw ValidationError("--revocation-check must be off, soft or hard, not \(revocationCheck)")
+        }
         let workload = try VerifyBenchmark.Workload()
         let result = VerifyBenchmark.run(workload: workload, seconds: seconds, threads: threads, cache: ChainCache())
         var object = try JSONValue.parse(bytes: Array(try JSONEncoder().encode(result)))
@@ -56,6 +65,15 @@ struct BenchVerify: ParsableCommand {
             o["raw_rsa_verifies_per_s"] = .number(receipts.raw_rsa_verifies_per_s)
             o["receipts_vs_raw_rsa"] = .number(receipts.receipts_vs_raw_rsa)
             checks["receipts_target_met"] = .bool(receipts.receipts_vs_raw_rsa >= 0.7)
+            if mode != .off {
+                let fetcher = OCSPHTTPFetcher()
+                let r = try RevocationBenchmark.run(
+                    mode: mode, seconds: seconds, threads: threads, fetch: { await fetcher.fetch(request: $0, uri: $1) })
+                if case .object(let fields) = try JSONValue.parse(bytes: Array(try JSONEncoder().encode(r))) {
+                    for (k, v) in fields where k != "threads" && k != "revocation_target_met" { o[k] = v }
+                }
+                checks["revocation_target_met"] = .bool(r.revocation_target_met)
+            }
             o["checks"] = .object(checks)
             object = .object(o)
         }
