@@ -33,12 +33,13 @@ public final class OCSPTestResponder: @unchecked Sendable {
         try issuer.serializeAsPEM().pemString.write(to: dir.appendingPathComponent("ca.pem"), atomically: true, encoding: .utf8)
         try signer.serializeAsPEM().pemString.write(to: dir.appendingPathComponent("signer.pem"), atomically: true, encoding: .utf8)
         try signerKeyPEM.write(to: dir.appendingPathComponent("signer.key"), atomically: true, encoding: .utf8)
+        // openssl's index needs a distinct subject per line (unique_subject), hence the serial in the name.
         var index = ""
         for (cert, status) in statuses {
             let serial = Self.hex(cert.serialNumber)
             switch status {
-            case .good: index += "V\t391231000000Z\t\t\(serial)\tunknown\t/CN=test\n"
-            case .revoked: index += "R\t391231000000Z\t250101000000Z,keyCompromise\t\(serial)\tunknown\t/CN=test\n"
+            case .good: index += "V\t391231000000Z\t\t\(serial)\tunknown\t/CN=test-\(serial)\n"
+            case .revoked: index += "R\t391231000000Z\t250101000000Z,keyCompromise\t\(serial)\tunknown\t/CN=test-\(serial)\n"
             }
         }
         try index.write(to: dir.appendingPathComponent("index.txt"), atomically: true, encoding: .utf8)
