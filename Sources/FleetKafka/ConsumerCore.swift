@@ -485,9 +485,15 @@ final class ConsumerCore: Sendable {
                 guard e.err != RD_KAFKA_RESP_ERR_NO_ERROR else { continue }
                 let tp = TopicPartition(topic: String(cString: e.topic), partition: e.partition)
                 if e.err == RD_KAFKA_RESP_ERR__STATE {
-                    // No longer assigned to us: the new owner redelivers; drop our bookkeeping for it.
-                    s.trackers.removeValue(forKey: tp)
-                    s.assignment.remove(tp)
+                    // librdkafka does not consider the partition assigned right now. Our assignment follows the
+                    // rebalance callback only: a revoke that is under way arrives there and drops the partition.
+                    // Dropping it here instead (as this code once did) desynchronised the two views: librdkafka kept
+                    // fetching the partition and the poll thread filtered every message of it as "not assigned",
+                    // silently and forever (the chaos soak's wedged sink). The offset is simply not stored; a later
+                    // completion stores past it, or the next owner redelivers it.
+                    logger.notice("offsets_store refused: partition not assigned in librdkafka right now; offset not stored", metadata: [
+                        "partition": "\(tp)", "offset": "\(e.offset)",
+                    ])
                 } else {
                     logger.warning("offsets_store failed", metadata: [
                         "partition": "\(tp)", "error": "\(String(cString: rd_kafka_err2name(e.err)))",

@@ -215,3 +215,15 @@ extension ConsumerCore {
         _ = resume ? rd_kafka_resume_partitions(handle, list) : rd_kafka_pause_partitions(handle, list)
     }
 }
+
+extension ConsumerCore {
+    /// Tests only: replaces librdkafka's assignment without going through the rebalance callback (nil: unassign all),
+    /// so that `rd_kafka_offsets_store` refuses with `__STATE` while this consumer still owns the partition.
+    func assignBehindTheConsumersBackForTesting(_ tp: TopicPartition?, offset: Int64 = 0) {
+        guard let tp else { _ = rd_kafka_assign(handle, nil); return }
+        guard let list = rd_kafka_topic_partition_list_new(1) else { return }
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        rd_kafka_topic_partition_list_add(list, tp.topic, tp.partition)?.pointee.offset = offset
+        _ = rd_kafka_assign(handle, list)
+    }
+}

@@ -119,4 +119,27 @@ import Testing
         #expect(ConsumerStalls.all.first { $0.group == group } == nil)
         #expect(await consumer.close(deadline: .seconds(10)))
     }
+
+    /// `rd_kafka_offsets_store` refusing with `__STATE` (librdkafka not considering the partition assigned at that
+    /// moment) must not make this consumer forget the partition: it once did, and every later message of it was
+    /// filtered as "not assigned", silently, until the next rebalance (the chaos soak's wedged sink).
+    @Test func anOffsetsStoreRefusalDoesNotDropThePartition() async throws {
+        let topic = TestKafka.unique("state")
+        let cluster = try await TestKafka.cluster(brokers: 1, topic: topic, partitions: 1)
+        defer { cluster.shutdown() }
+        try await TestKafka.produceSequenced(cluster.bootstrapServers, topic: topic, partitions: 1, perPartition: 5)
+        let consumer = try KafkaConsumer(configuration: TestKafka.config(cluster.bootstrapServers),
+                                         groupId: TestKafka.unique("state-g"), topics: [topic])
+        let first = try await TestKafka.consume(consumer, count: 5)
+        #expect(first.count == 5)
+        let tp = TopicPartition(topic: topic, partition: 0)
+        consumer.core.assignBehindTheConsumersBackForTesting(nil)
+        consumer.markProcessed(first)  // refused by librdkafka with __STATE
+        #expect(consumer.assignment.contains(tp), "the consumer still owns the partition")
+        consumer.core.assignBehindTheConsumersBackForTesting(tp, offset: 5)
+        try await TestKafka.produceSequenced(cluster.bootstrapServers, topic: topic, partitions: 1, perPartition: 5)
+        let rest = try await TestKafka.consume(consumer, count: 5, timeout: .seconds(30))
+        #expect(rest.map(\.offset) == Array(5..<10), "messages after the refusal are handed out, not filtered")
+        #expect(await consumer.close(deadline: .seconds(10)))
+    }
 }
