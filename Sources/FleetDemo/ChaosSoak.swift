@@ -1,4 +1,5 @@
 import AppStoreVerification
+import FleetDevStack
 import FleetKafka
 import FleetSink
 import FleetTestPKI
