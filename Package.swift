@@ -29,6 +29,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.3"),
         .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
+        // Already in the graph through Hummingbird; named so FleetTestSupport can import HTTPTypes directly.
+        .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
     ],
     targets: [
         // All librdkafka C calls go through this system library, used only by FleetKafka.
@@ -78,7 +80,7 @@ let package = Package(
         // plain Swift over the current rows. No Kafka, no PostgreSQL.
         .target(
             name: "EntitlementRules",
-            dependencies: ["EntitlementDomain", "AppStoreVerification"],
+            dependencies: ["EntitlementDomain"],
             swiftSettings: strict
         ),
         // Shared service plumbing: configuration, metrics/health HTTP, logging, signals.
@@ -122,7 +124,7 @@ let package = Package(
         .target(
             name: "FleetDashboard",
             dependencies: [
-                "EntitlementDomain", "EntitlementRules", "FleetKafka", "FleetOperations",
+                "AppStoreVerification", "EntitlementDomain", "EntitlementRules", "FleetKafka", "FleetOperations",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
@@ -213,9 +215,10 @@ let package = Package(
         .target(
             name: "FleetTestSupport",
             dependencies: [
-                "AppStoreServerAPI", "FleetTestPKI",
+                "AppStoreServerAPI", "AppStoreVerification", "FleetTestPKI",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -224,16 +227,14 @@ let package = Package(
         .executableTarget(
             name: "fleet",
             dependencies: [
-                "AppStoreVerification", "FleetTestPKI", "EntitlementDomain", "FleetKafka",
+                "AppStoreVerification", "EntitlementDomain", "FleetKafka",
                 "FleetOperations", "FleetWorker", "FleetSink", "FleetDemo", "FleetDevStack", "FleetBenchmarks",
                 "FleetDashboard",
                 "AppStoreServerAPI", "FleetResponder",
-                "FleetIngest", "FleetIngestClient",
+                "FleetIngest",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
-                .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strict
@@ -248,10 +249,13 @@ let package = Package(
             ]
         ),
         .testTarget(name: "EntitlementDomainTests", dependencies: [
-            "EntitlementDomain", "AppStoreVerification", "FleetTestPKI", .product(name: "Crypto", package: "swift-crypto"),
+            "EntitlementDomain", "AppStoreVerification", .product(name: "Crypto", package: "swift-crypto"),
         ]),
         .testTarget(name: "FleetKafkaTests", dependencies: ["FleetKafka", "FleetOperations", "FleetDevStack"]),
-        .testTarget(name: "FleetWorkerTests", dependencies: ["FleetWorker", "FleetKafka", "FleetTestPKI", "EntitlementDomain", "FleetDevStack"]),
+        .testTarget(name: "FleetWorkerTests", dependencies: [
+            "FleetWorker", "FleetKafka", "FleetTestPKI", "EntitlementDomain", "FleetDevStack", "AppStoreVerification", "FleetOperations",
+            .product(name: "Crypto", package: "swift-crypto"), .product(name: "Logging", package: "swift-log"),
+        ]),
         .testTarget(name: "FleetBenchmarksTests", dependencies: ["FleetBenchmarks", "AppStoreVerification"]),
         .testTarget(
             name: "FleetSinkTests",
@@ -269,6 +273,7 @@ let package = Package(
         ]),
         .testTarget(name: "FleetDashboardTests", dependencies: [
             "FleetDashboard", "FleetKafka", "FleetOperations", "EntitlementDomain", "AppStoreVerification", "FleetDevStack",
+            .product(name: "Logging", package: "swift-log"), .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
         ]),
         .testTarget(name: "FleetOperationsTests", dependencies: ["FleetOperations", "FleetDevStack", .product(name: "Logging", package: "swift-log")]),
         .testTarget(name: "FleetCLITests", dependencies: [
@@ -281,7 +286,6 @@ let package = Package(
             "FleetDevStack",
             .product(name: "PostgresNIO", package: "postgres-nio"),
             .product(name: "Logging", package: "swift-log"),
-            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             .product(name: "Crypto", package: "swift-crypto"),
         ]),
         .testTarget(name: "AppStoreServerAPITests", dependencies: [
