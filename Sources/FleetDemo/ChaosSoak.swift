@@ -1,4 +1,5 @@
 import AppStoreVerification
+import FleetDevStack
 import FleetKafka
 import FleetOperations
 import FleetSink

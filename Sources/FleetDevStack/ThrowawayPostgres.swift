@@ -146,7 +146,8 @@ public final class ThrowawayPostgres: Sendable {
         guard !name.isEmpty, name.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "_") }) else {
             throw Failure.io("invalid database name \(name.debugDescription): use letters, digits and _")
         }
-        let config = try DatabaseURL(url(database: "postgres")).connectionConfiguration()
+        let config = PostgresConnection.Configuration(
+            host: host, port: port, username: superuser, password: nil, database: "postgres", tls: .disable)
         let connection = try await PostgresConnection.connect(configuration: config, id: 0, logger: logger)
         do {
             try await connection.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \"\(name)\""), logger: logger)
