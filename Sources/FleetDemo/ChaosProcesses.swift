@@ -70,6 +70,11 @@ final class ChaosChild: @unchecked Sendable {
         }
     }
 
+    /// After a SIGKILL sent elsewhere: waits (at most 5 s) until the process is gone.
+    func waitStopped() async {
+        if let p = process { await waitExit(p, timeout: .seconds(5)) }
+    }
+
     private func waitExit(_ p: Process, timeout: Duration) async {
         let deadline = ContinuousClock.now + timeout
         while p.isRunning && ContinuousClock.now < deadline { try? await Task.sleep(for: .milliseconds(20)) }

@@ -31,6 +31,8 @@ struct ConsumerState {
     var trackers: [TopicPartition: OffsetTracker] = [:]
     /// Partitions whose position went out of range under `OffsetResetPolicy.fail`: paused, messages filtered.
     var blocked: Set<TopicPartition> = []
+    /// Next offset after the last message fetched per assigned partition (for the stall watch).
+    var fetched: [TopicPartition: Int64] = [:]
     var joined = false
     var stopRequested = false
     /// The poll thread has finished closing; the handle is destroyed or about to be.
@@ -85,7 +87,9 @@ struct ConsumerState {
             lastTP = m.topicPartition
             if !assignment.contains(m.topicPartition) || blocked.contains(m.topicPartition) { allAssigned = false; break }
         }
-        append(allAssigned ? batch : batch.filter { assignment.contains($0.topicPartition) && !blocked.contains($0.topicPartition) })
+        let kept = allAssigned ? batch : batch.filter { assignment.contains($0.topicPartition) && !blocked.contains($0.topicPartition) }
+        noteFetched(kept)
+        append(kept)
     }
 
     /// Messages finished: the next offset to store for every partition whose contiguous finished prefix advanced.
@@ -98,13 +102,14 @@ struct ConsumerState {
         return advances
     }
 
-    /// librdkafka refused to store an offset. A partition no longer assigned (`_STATE`) now belongs to another member:
-    /// our bookkeeping for it is dropped (the new owner redelivers). Returns whether the failure is worth a warning.
-    mutating func storeFailed(_ tp: TopicPartition, _ error: KafkaError) -> Bool {
-        guard error.code == KafkaErrorCode.state else { return true }
-        trackers.removeValue(forKey: tp)
-        assignment.remove(tp)
-        return false
+    /// librdkafka refused to store an offset. `_STATE` (librdkafka does not consider the partition assigned right now)
+    /// changes nothing here: our assignment follows the rebalance callback only, and a revoke under way arrives there.
+    /// Dropping the partition here instead desynchronised the two views (librdkafka kept fetching it and every message
+    /// was filtered as not assigned, silently: the chaos soak's wedged sink). The offset is simply not stored; a later
+    /// completion stores past it, or the next owner redelivers it. Returns whether the failure is a warning (true) or
+    /// only a notice (false).
+    func storeFailed(_ tp: TopicPartition, _ error: KafkaError) -> Bool {
+        error.code != KafkaErrorCode.state
     }
 
     /// An offset reset of `tp` (records skipped): under `fail` an assigned partition is blocked, and librdkafka must
@@ -155,8 +160,20 @@ struct ConsumerState {
         return out
     }
 
+    /// Records the next offset per partition; messages come in runs per partition, so one write per run.
+    mutating func noteFetched(_ messages: [KafkaMessage]) {
+        var i = messages.startIndex
+        while i < messages.endIndex {
+            let tp = messages[i].topicPartition
+            var j = i + 1
+            while j < messages.endIndex, messages[j].partition == tp.partition, messages[j].topic == tp.topic { j += 1 }
+            fetched[tp] = messages[j - 1].offset + 1
+            i = j
+        }
+    }
+
     mutating func drop(_ partitions: Set<TopicPartition>) {
-        for tp in partitions { trackers.removeValue(forKey: tp) }
+        for tp in partitions { trackers.removeValue(forKey: tp); fetched.removeValue(forKey: tp) }
         blocked.subtract(partitions)
         if buffered > 0 {
             let kept = chunks[chunkHead...].map { $0.filter { !partitions.contains($0.topicPartition) } }
@@ -172,7 +189,7 @@ struct ConsumerState {
 final class ConsumerCore: RDKafkaClientOwner {
     /// librdkafka handles are thread-safe. Destroyed only by the poll thread after it set `handleGone` under the
     /// state lock; every other use happens with the lock held and `handleGone == false` (or on the poll thread).
-    private let handle: RDKafkaConsumerHandle
+    let handle: RDKafkaConsumerHandle
     private let state = ConditionLock(ConsumerState())
     private let closeDone = ConditionLock<Bool>(false)
     private let maxBuffered: Int
@@ -185,6 +202,9 @@ final class ConsumerCore: RDKafkaClientOwner {
     /// Resets parsed from librdkafka's log callback (any thread), applied by the poll thread. A lock of its own: the
     /// callback may run on librdkafka's main thread while this consumer's state lock waits on it (commit).
     private let pendingResets = ConditionLock<[OffsetReset]>([])
+    private let watchDone = ConditionLock<Bool>(false)
+    /// Nil when `stallTimeoutSeconds` is 0.
+    let stallWatch: StallWatch?
 
     init(configuration: KafkaConfiguration, groupId: String, topics: [String]) throws(KafkaError) {
         guard !topics.isEmpty else { throw .invalidArgument("a consumer needs at least one topic") }
@@ -192,6 +212,8 @@ final class ConsumerCore: RDKafkaClientOwner {
         self.groupId = groupId
         self.maxBuffered = max(1, configuration.maxBufferedMessages)
         self.offsetResetPolicy = configuration.offsetResetPolicy
+        self.stallWatch = configuration.stallTimeoutSeconds > 0
+            ? StallWatch(timeout: .seconds(configuration.stallTimeoutSeconds), group: groupId) : nil
         var logger = Logger(label: "fleet.kafka.consumer")
         logger[metadataKey: "group"] = "\(groupId)"
         self.logger = logger
@@ -201,9 +223,31 @@ final class ConsumerCore: RDKafkaClientOwner {
         try handle.subscribe(topics, owner: self)
         let core = self
         startThread(name: "fleet-kafka-consumer-poll") { core.pollLoop(handle) }
+        if stallWatch != nil { startThread(name: "fleet-kafka-consumer-stall-watch") { core.stallWatchLoop() } }
     }
 
     func setHandler(_ h: (@Sendable (AssignmentChange) -> Void)?) { handler.withLock { $0 = h } }
+
+    /// The stall watch's thread (see `ConsumerStallWatch.swift`): samples fetched positions under the state lock, then
+    /// queries watermarks without it. Exits when a stop is requested; the poll thread waits for it before destroying
+    /// the handle.
+    fileprivate func stallWatchLoop() {
+        defer { watchDone.withLock { $0 = true }; watchDone.broadcast() }
+        guard let watch = stallWatch else { return }
+        let interval = min(5.0, max(0.2, Double(watch.timeout.components.seconds) / 4))
+        let queryMs = Int32(min(5_000, max(500, Int(watch.timeout.components.seconds) * 250)))
+        while true {
+            let snap = state.wait(until: { $0.stopRequested }, timeoutSeconds: interval) { s, _ -> StallWatch.Snapshot? in
+                s.stopRequested || s.handleGone ? nil : StallWatch.Snapshot(
+                    partitions: s.assignment.subtracting(s.blocked), delivered: s.fetched,
+                    backpressured: s.buffered >= maxBuffered)
+            }
+            guard let snap else { break }
+            watch.check(snap, query: { queryWatermarks($0, timeoutMs: queryMs) },
+                        committed: { committedOffset($0, timeoutMs: queryMs) })
+        }
+        watch.stop()
+    }
 
     // MARK: poll thread
 
@@ -260,6 +304,8 @@ final class ConsumerCore: RDKafkaClientOwner {
             return s.waiters
         }
         waiters.forEach { $0.continuation.resume(returning: .success([])) }
+        // The stall watch queries through the handle: it stops on `stopRequested` within one query timeout.
+        if stallWatch != nil { watchDone.wait(until: { $0 }, timeoutSeconds: nil) { _, _ in } }
         handle.destroy()
         assignmentContinuation.finish()
         closeDone.withLock { $0 = true }
@@ -370,8 +416,14 @@ final class ConsumerCore: RDKafkaClientOwner {
             guard !advances.isEmpty else { return }
             // Stored under the lock so concurrent completions can never store an older offset after a newer one.
             let (failures, overall) = handle.storeOffsets(advances)
-            for (tp, error) in failures where s.storeFailed(tp, error) {
-                logger.warning("offsets_store failed", metadata: ["partition": "\(tp)", "error": "\(error.name)"])
+            for (tp, error) in failures {
+                if s.storeFailed(tp, error) {
+                    logger.warning("offsets_store failed", metadata: ["partition": "\(tp)", "error": "\(error.name)"])
+                } else {
+                    logger.notice("offsets_store refused: partition not assigned in librdkafka right now; offset not stored", metadata: [
+                        "partition": "\(tp)", "offset": "\(advances[tp] ?? -1)",
+                    ])
+                }
             }
             if let overall, overall.code != KafkaErrorCode.state {
                 logger.debug("offsets_store", metadata: ["error": "\(overall.name)"])
@@ -382,6 +434,7 @@ final class ConsumerCore: RDKafkaClientOwner {
     var assignment: Set<TopicPartition> { state.withLock { $0.assignment } }
     var isReady: Bool {
         state.withLock { $0.joined && !$0.stopRequested && $0.fatal == nil && !$0.handleGone && $0.blocked.isEmpty }
+            && !(stallWatch?.hasStall ?? false)
     }
     var blockedPartitions: Set<TopicPartition> { state.withLock { $0.blocked } }
 

@@ -65,13 +65,16 @@ import Testing
         #expect(s.assignment.isEmpty && s.trackers.isEmpty && s.buffered == 0)
     }
 
-    @Test func storeRefusedForAPartitionNoLongerOursDropsItQuietly() {
+    @Test func storeRefusedWithStateKeepsThePartitionAndItsTracking() {
+        // Our assignment follows the rebalance callback only (dropping it here wedged the chaos soak's sink).
         var s = ConsumerState()
         _ = s.assign([a0, a1])
-        #expect(s.storeFailed(a0, KafkaError(code: KafkaErrorCode.state)) == false)
-        #expect(s.assignment == [a1] && s.trackers[a0] == nil)
-        #expect(s.storeFailed(a1, KafkaError(code: KafkaErrorCode.requestTimedOut)) == true, "other failures are reported")
-        #expect(s.assignment == [a1], "still ours after a transient failure")
+        s.accept(messages(a0, 0...1))
+        _ = s.take(2)
+        #expect(s.storeFailed(a0, KafkaError(code: KafkaErrorCode.state)) == false, "a notice, not a warning")
+        #expect(s.assignment == [a0, a1])
+        #expect(s.complete([(a0, 0)]) == [a0: 1], "a later completion still stores past it")
+        #expect(s.storeFailed(a1, KafkaError(code: KafkaErrorCode.requestTimedOut)) == true, "other failures are warnings")
     }
 
     @Test func offsetResetUnderFailBlocksAndPausesAnAssignedPartitionOnly() {

@@ -130,6 +130,41 @@ final class RDKafkaConsumerHandle: @unchecked Sendable {
         return (low, high)
     }
 
+    /// Low and high watermark from the partition's leader (a ListOffsets round trip, blocking up to the timeout).
+    func queryWatermarks(_ tp: TopicPartition, timeoutMilliseconds: Int32) -> Result<(Int64, Int64), KafkaError> {
+        var low: Int64 = -1
+        var high: Int64 = -1
+        let err = rd_kafka_query_watermark_offsets(rk, tp.topic, tp.partition, &low, &high, timeoutMilliseconds)
+        guard err == RD_KAFKA_RESP_ERR_NO_ERROR else {
+            return .failure(KafkaError(err, message: "watermark query for \(tp.topic)[\(tp.partition)]: \(String(cString: rd_kafka_err2str(err)))"))
+        }
+        return .success((low, high))
+    }
+
+    /// The group's committed offset for the partition, nil when none or on error.
+    func committedOffset(_ tp: TopicPartition, timeoutMilliseconds: Int32) -> Int64? {
+        guard let list = makePartitionList([tp]) else { return nil }
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        guard rd_kafka_committed(rk, list, timeoutMilliseconds) == RD_KAFKA_RESP_ERR_NO_ERROR else { return nil }
+        let offset = list.pointee.elems[0].offset
+        return offset >= 0 ? offset : nil
+    }
+
+    /// Tests only: pauses or resumes fetching inside librdkafka without the owner knowing.
+    func setPausedForTesting(_ tp: TopicPartition, paused: Bool) {
+        guard let list = makePartitionList([tp]) else { return }
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        _ = paused ? rd_kafka_pause_partitions(rk, list) : rd_kafka_resume_partitions(rk, list)
+    }
+
+    /// Tests only: replaces librdkafka's assignment without the rebalance callback (nil: unassign all).
+    func assignForTesting(_ tp: TopicPartition?, offset: Int64) {
+        guard let tp else { _ = rd_kafka_assign(rk, nil); return }
+        guard let list = makePartitionList([tp], offsets: [tp: offset]) else { return }
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        _ = rd_kafka_assign(rk, list)
+    }
+
     /// Poll thread, once: commits stored offsets, serves the final revoke (rebalance callback) and leaves the group.
     func close() -> KafkaError? {
         if let q = consumerQueue { rd_kafka_queue_destroy(q) }  // every queue handle must be gone before rd_kafka_destroy
