@@ -33,6 +33,8 @@ struct ConsumerState {
     var blocked: Set<TopicPartition> = []
     /// Next offset after the last message fetched per assigned partition (for the stall watch).
     var fetched: [TopicPartition: Int64] = [:]
+    /// When the application last asked for messages (`nextBatch`), for the stall watch.
+    var lastAsk = ContinuousClock.now
     var joined = false
     var stopRequested = false
     /// The poll thread has finished closing; the handle is destroyed or about to be.
@@ -172,6 +174,18 @@ struct ConsumerState {
         }
     }
 
+    /// Messages waiting in the buffer per partition: how many, and the first offset.
+    func bufferedPerPartition() -> [TopicPartition: (count: Int, first: Int64)] {
+        var out: [TopicPartition: (count: Int, first: Int64)] = [:]
+        for chunk in chunks[chunkHead...] {
+            for m in chunk {
+                let tp = m.topicPartition
+                if let e = out[tp] { out[tp] = (e.count + 1, e.first) } else { out[tp] = (1, m.offset) }
+            }
+        }
+        return out
+    }
+
     mutating func drop(_ partitions: Set<TopicPartition>) {
         for tp in partitions { trackers.removeValue(forKey: tp); fetched.removeValue(forKey: tp) }
         blocked.subtract(partitions)
@@ -240,7 +254,8 @@ final class ConsumerCore: RDKafkaClientOwner {
             let snap = state.wait(until: { $0.stopRequested }, timeoutSeconds: interval) { s, _ -> StallWatch.Snapshot? in
                 s.stopRequested || s.handleGone ? nil : StallWatch.Snapshot(
                     partitions: s.assignment.subtracting(s.blocked), delivered: s.fetched,
-                    backpressured: s.buffered >= maxBuffered)
+                    backpressured: s.buffered >= maxBuffered,
+                    untaken: s.buffered > 0 && ContinuousClock.now - s.lastAsk >= watch.timeout ? s.bufferedPerPartition() : [:])
             }
             guard let snap else { break }
             watch.check(snap, query: { queryWatermarks($0, timeoutMs: queryMs) },
@@ -363,6 +378,7 @@ final class ConsumerCore: RDKafkaClientOwner {
         let max = Swift.max(1, maxMessages)
         enum Immediate { case value([KafkaMessage]), fail(KafkaError), wait }
         let immediate: Immediate = state.withLock { s in
+            s.lastAsk = .now
             if let f = s.fatal { return .fail(f) }
             if s.buffered > 0 { return .value(s.take(max)) }
             if s.stopRequested || timeout <= .zero { return .value([]) }

@@ -99,6 +99,9 @@ final class StallWatch: Sendable {
         var partitions: Set<TopicPartition>
         var delivered: [TopicPartition: Int64]
         var backpressured: Bool
+        /// Set when the application has not asked for messages for the whole timeout while some wait in the buffer:
+        /// per partition, how many and the first offset (empty otherwise).
+        var untaken: [TopicPartition: (count: Int, first: Int64)] = [:]
     }
 
     private struct Track {
@@ -127,12 +130,21 @@ final class StallWatch: Sendable {
             return gone
         }
         for tp in gone { ConsumerStalls.clear(group: group, topic: tp.topic, partition: tp.partition, recovered: false) }
+        // The application itself not taking what is buffered for it (a writer stuck on its database, say).
+        for (tp, waiting) in snap.untaken where snap.partitions.contains(tp) {
+            let idle = tracks.withLock { $0[tp].map { now - $0.since } } ?? timeout
+            mark(tp, ConsumerStall(group: group, topic: tp.topic, partition: tp.partition, position: waiting.first,
+                                   highWatermark: nil, seconds: Int(max(idle, timeout).components.seconds),
+                                   reason: "the application took none of \(waiting.count) buffered message(s)"))
+        }
         var suspects: [(TopicPartition, Int64?, Duration)] = []
         tracks.withLock { t in
             for tp in snap.partitions {
                 let position = snap.delivered[tp]
                 guard var track = t[tp] else { t[tp] = Track(position: position, since: now); continue }
-                if position != track.position || snap.backpressured {
+                if snap.untaken[tp] != nil {
+                    // Reported above; stays open until messages flow and the partition is caught up again.
+                } else if position != track.position || snap.backpressured {
                     // Progress, or the application is the slow side: not a fetch stall.
                     if track.stalled { ConsumerStalls.clear(group: group, topic: tp.topic, partition: tp.partition, recovered: true) }
                     track = Track(position: position, since: now)

@@ -127,6 +127,7 @@ public final class SinkService: Service, Sendable {
     public func run() async throws {
         var connection: PostgresConnection?
         var lastProbe = ContinuousClock.now
+        var lastConnectWarning = ContinuousClock.now - .seconds(60)
         var prefetched: Task<([SinkRecord], DecodedBatch), any Error>?
         defer {
             prefetched?.cancel()
@@ -136,7 +137,15 @@ public final class SinkService: Service, Sendable {
             while !Task.isCancelled && !Task.isShuttingDownGracefully {
                 if connection == nil {
                     // Connect eagerly so that readiness reflects the database even when the topic is idle.
-                    connection = try? await connect()
+                    do {
+                        connection = try await connect()
+                    } catch {
+                        if ContinuousClock.now - lastConnectWarning > .seconds(10) {
+                            lastConnectWarning = .now
+                            logger.warning("database connect failed", metadata: ["error": "\(Self.brief(error))"])
+                        }
+                        connection = nil
+                    }
                     setDatabaseReady(connection != nil)
                 }
                 let records: [SinkRecord]
@@ -394,7 +403,37 @@ public final class SinkService: Service, Sendable {
         }
     }
 
+    struct ConnectTimedOut: Error, CustomStringConvertible {
+        var limit: Duration
+        var description: String { "connecting to the database (and reading its schema version) did not finish within \(limit)" }
+    }
+
+    /// Connects and checks the schema, within `configuration.batchTimeout`: like a batch, a connection attempt must
+    /// never wedge the sink. (A sink restarted just before a PostgreSQL restart in the chaos soak stayed ready with
+    /// no socket, no batch and no retry; a connect that never completed is the one await that could hold it.)
+    /// A connection that completes after the deadline is closed.
     private func connect() async throws -> PostgresConnection {
+        let limit = configuration.batchTimeout
+        let logger = self.logger
+        let race = Race<PostgresConnection>()
+        return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<PostgresConnection, any Error>) in
+            race.start(continuation)
+            let timer = Task {
+                do { try await Task.sleep(for: limit) } catch { return }
+                if race.finish(.failure(ConnectTimedOut(limit: limit))) {
+                    logger.error("database connect timed out", metadata: ["limit": "\(limit)"])
+                }
+            }
+            Task {
+                let result: Result<PostgresConnection, any Error>
+                do { result = .success(try await self.connectAndCheck()) } catch { result = .failure(error) }
+                if !race.finish(result), case .success(let late) = result { try? await late.close() }
+                timer.cancel()
+            }
+        }
+    }
+
+    private func connectAndCheck() async throws -> PostgresConnection {
         let connection = try await PostgresConnection.connect(
             configuration: try configuration.databaseURL.connectionConfiguration(), id: 1, logger: logger)
         do {

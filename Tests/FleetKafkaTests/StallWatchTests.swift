@@ -63,10 +63,22 @@ import Testing
         #expect(down?.highWatermark == nil)
         #expect(down?.reason.contains("leader not answering") == true)
 
+        // The application not asking for what is buffered for the whole timeout: a stall too, whatever the fetcher does.
+        let app = StallWatch(timeout: .seconds(10), group: group + "-3")
+        app.check(Self.snapshot(30), now: t0, query: waiting, committed: { _ in nil })
+        var untaken = Self.snapshot(30, backpressured: true)
+        untaken.untaken = [Self.tp: (count: 12, first: 18)]
+        app.check(untaken, now: t0 + .seconds(11), query: waiting, committed: { _ in nil })
+        let stuck = try? #require(ConsumerStalls.all.first { $0.group == group + "-3" })
+        #expect(stuck?.position == 18)
+        #expect(stuck?.reason.contains("application took none of 12") == true)
+        #expect(app.hasStall)
+        app.check(Self.snapshot(nil, partitions: []), now: t0 + .seconds(12), query: waiting, committed: { _ in nil })
+
         // A partition taken away ends its stall.
         fresh.check(Self.snapshot(nil, partitions: []), now: t0 + .seconds(13), query: waiting, committed: { _ in 7 })
         #expect(!fresh.hasStall)
-        #expect(ConsumerStalls.all.isEmpty)
+        #expect(ConsumerStalls.all.filter { $0.group.hasPrefix(group) }.isEmpty)
     }
 
     /// On the embedded cluster: fetching paused inside librdkafka behind the consumer's back (what a wedged
@@ -142,6 +154,41 @@ import Testing
         try await TestKafka.produceSequenced(cluster.bootstrapServers, topic: topic, partitions: 1, perPartition: 5)
         let rest = try await TestKafka.consume(consumer, count: 5, timeout: .seconds(30))
         #expect(rest.map(\.offset) == Array(5..<10), "messages after the refusal are handed out, not filtered")
+        #expect(await consumer.close(deadline: .seconds(10)))
+    }
+
+    /// An application that stops asking for messages while some are buffered (a sink writer stuck on its database,
+    /// whatever inside it hangs) is a stall too: the fetcher has everything, but nothing is processed.
+    @Test func anApplicationThatStopsTakingMessagesIsReported() async throws {
+        ConsumerStalls.reset()
+        let topic = TestKafka.unique("untaken")
+        let cluster = try await TestKafka.cluster(brokers: 1, topic: topic, partitions: 1)
+        defer { cluster.shutdown() }
+        var config = TestKafka.config(cluster.bootstrapServers)
+        config.stallTimeoutSeconds = 2
+        let group = TestKafka.unique("untaken-g")
+        let consumer = try KafkaConsumer(configuration: config, groupId: group, topics: [topic])
+        // Join first (an empty topic), then records arrive and the application does not ask for them.
+        let joinedBy = ContinuousClock.now + .seconds(60)
+        while consumer.assignment.isEmpty, ContinuousClock.now < joinedBy { _ = try await consumer.nextBatch(maxMessages: 1, timeout: .milliseconds(200)) }
+        try await TestKafka.produceSequenced(cluster.bootstrapServers, topic: topic, partitions: 1, perPartition: 7)
+        var stall: ConsumerStall?
+        let deadline = ContinuousClock.now + .seconds(60)
+        while stall == nil, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(200))
+            stall = ConsumerStalls.all.first { $0.group == group }
+        }
+        let found = try #require(stall, "a stall is reported")
+        #expect(found.reason.contains("application took none of 7"), "\(found)")
+        #expect(found.position == 0)
+        #expect(!consumer.isReady)
+        let all = try await TestKafka.consume(consumer, count: 7)
+        #expect(all.count == 7)
+        let cleared = ContinuousClock.now + .seconds(30)
+        while consumer.core.stallWatch?.hasStall == true, ContinuousClock.now < cleared {
+            _ = try await consumer.nextBatch(maxMessages: 10, timeout: .milliseconds(200))
+        }
+        #expect(consumer.isReady, "ready again once the application takes its messages and the partition is caught up")
         #expect(await consumer.close(deadline: .seconds(10)))
     }
 }
