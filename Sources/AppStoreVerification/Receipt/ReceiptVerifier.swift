@@ -70,16 +70,7 @@ extension SignedDataVerifier {
             return VerifiedAppReceipt(payload: receipt)
         }
 
-        let chain = try receiptChain(signed, validationTime: validationTime)
-        if !chain.isValid(atMillis: validationTime) {
-            throw VerificationError(
-                .certificateNotValidAtTime,
-                "validation time \(Self.iso(validationTime)) is outside the chain's validity "
-                    + "[\(Self.iso(chain.notBeforeMillis)), \(Self.iso(chain.notAfterMillis))]")
-        }
-        guard let key = chain.leafCertificateKey else {
-            throw VerificationError(.untrustedChain, "the cached chain has no signer key")
-        }
+        let key = try Self.signerKey(try receiptChain(signed, validationTime: validationTime), at: validationTime)
         try Self.checkReceiptSignature(signed, key: key)
 
         // App policy.
@@ -145,6 +136,20 @@ extension SignedDataVerifier {
             rootFingerprint: r.anchor.fingerprint)
         chainCache?.insert(key, chain)
         return chain
+    }
+
+    /// The signer's key of a (possibly cached) chain, once the chain's window holds the validation time.
+    static func signerKey(_ chain: VerifiedChain, at validationTime: Int64) throws(VerificationError) -> Certificate.PublicKey {
+        if !chain.isValid(atMillis: validationTime) {
+            throw VerificationError(
+                .certificateNotValidAtTime,
+                "validation time \(iso(validationTime)) is outside the chain's validity "
+                    + "[\(iso(chain.notBeforeMillis)), \(iso(chain.notAfterMillis))]")
+        }
+        guard let key = chain.leafCertificateKey else {
+            throw VerificationError(.untrustedChain, "the cached chain has no signer key")
+        }
+        return key
     }
 
     static func signerIndex(_ si: PKCS7SignedData.SignerInfo, _ certs: [Certificate]) -> Int? {

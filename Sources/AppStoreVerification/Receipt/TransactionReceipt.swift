@@ -116,16 +116,8 @@ extension SignedDataVerifier {
 
         let validationTime = policy.validationTime == .now ? now() : purchased
         let certificate = Array(blob[133...])
-        let chain = try transactionReceiptChain(certificate, validationTime: validationTime)
-        if !chain.isValid(atMillis: validationTime) {
-            throw VerificationError(
-                .certificateNotValidAtTime,
-                "validation time \(Self.iso(validationTime)) is outside the chain's validity "
-                    + "[\(Self.iso(chain.notBeforeMillis)), \(Self.iso(chain.notAfterMillis))]")
-        }
-        guard let key = chain.leafCertificateKey else {
-            throw VerificationError(.untrustedChain, "the cached chain has no signer key")
-        }
+        let key = try Self.signerKey(
+            try transactionReceiptChain(certificate, validationTime: validationTime), at: validationTime)
         let signedBytes: [UInt8] = [blob[0]] + info
         guard key.isValidSignature(blob[1..<129], for: signedBytes, signatureAlgorithm: Certificate.SignatureAlgorithm.sha1WithRSAEncryption) else {
             throw VerificationError(
