@@ -1,4 +1,3 @@
-import CRdKafka
 import Foundation
 import Logging
 import Metrics
@@ -185,23 +184,12 @@ final class StallWatch: Sendable {
 extension ConsumerCore {
     /// Low and high watermark from the partition's leader (a ListOffsets round trip, blocking up to `timeoutMs`).
     func queryWatermarks(_ tp: TopicPartition, timeoutMs: Int32) -> Result<(Int64, Int64), KafkaError> {
-        var low: Int64 = -1
-        var high: Int64 = -1
-        let err = rd_kafka_query_watermark_offsets(handle, tp.topic, tp.partition, &low, &high, timeoutMs)
-        guard err == RD_KAFKA_RESP_ERR_NO_ERROR else {
-            return .failure(KafkaError(err, message: "watermark query for \(tp.topic)[\(tp.partition)]: \(String(cString: rd_kafka_err2str(err)))"))
-        }
-        return .success((low, high))
+        handle.queryWatermarks(tp, timeoutMilliseconds: timeoutMs)
     }
 
     /// The group's committed offset for the partition, nil when none or on error.
     func committedOffset(_ tp: TopicPartition, timeoutMs: Int32) -> Int64? {
-        guard let list = rd_kafka_topic_partition_list_new(1) else { return nil }
-        defer { rd_kafka_topic_partition_list_destroy(list) }
-        rd_kafka_topic_partition_list_add(list, tp.topic, tp.partition)
-        guard rd_kafka_committed(handle, list, timeoutMs) == RD_KAFKA_RESP_ERR_NO_ERROR else { return nil }
-        let offset = list.pointee.elems[0].offset
-        return offset >= 0 ? offset : nil
+        handle.committedOffset(tp, timeoutMilliseconds: timeoutMs)
     }
 }
 
@@ -209,21 +197,14 @@ extension ConsumerCore {
     /// Tests only: pauses fetching of a partition inside librdkafka without telling this consumer, which is what a
     /// wedged fetcher looks like from the application (messages waiting, none delivered, nothing paused by us).
     func pauseFetchBehindTheConsumersBackForTesting(_ tp: TopicPartition, resume: Bool = false) {
-        guard let list = rd_kafka_topic_partition_list_new(1) else { return }
-        defer { rd_kafka_topic_partition_list_destroy(list) }
-        rd_kafka_topic_partition_list_add(list, tp.topic, tp.partition)
-        _ = resume ? rd_kafka_resume_partitions(handle, list) : rd_kafka_pause_partitions(handle, list)
+        handle.setPausedForTesting(tp, paused: !resume)
     }
 }
 
 extension ConsumerCore {
     /// Tests only: replaces librdkafka's assignment without going through the rebalance callback (nil: unassign all),
-    /// so that `rd_kafka_offsets_store` refuses with `__STATE` while this consumer still owns the partition.
+    /// so that librdkafka refuses to store offsets (`__STATE`) while this consumer still owns the partition.
     func assignBehindTheConsumersBackForTesting(_ tp: TopicPartition?, offset: Int64 = 0) {
-        guard let tp else { _ = rd_kafka_assign(handle, nil); return }
-        guard let list = rd_kafka_topic_partition_list_new(1) else { return }
-        defer { rd_kafka_topic_partition_list_destroy(list) }
-        rd_kafka_topic_partition_list_add(list, tp.topic, tp.partition)?.pointee.offset = offset
-        _ = rd_kafka_assign(handle, list)
+        handle.assignForTesting(tp, offset: offset)
     }
 }
