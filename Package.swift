@@ -49,6 +49,8 @@ let package = Package(
             name: "AppStoreVerification",
             dependencies: [
                 .product(name: "Crypto", package: "swift-crypto"),
+                // RSA-1024 keys of StoreKit 1 transaction receipt signers (swift-certificates needs 2048 bits).
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
             ],

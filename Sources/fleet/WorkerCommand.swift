@@ -111,7 +111,10 @@ struct Worker: AsyncParsableCommand {
             validationTime: s.string("validation-time", flag: verification.validationTime, default: "signed-date")!,
             bundleId: try s.requiredString("bundle-id", flag: verification.bundleId),
             appAppleId: try s.optionalInt64("app-apple-id", flag: verification.appAppleId),
-            allowUnsignedEnvironments: try s.bool("allow-unsigned-environments", flag: verification.allowUnsignedEnvironments))
+            allowUnsignedEnvironments: try s.bool("allow-unsigned-environments", flag: verification.allowUnsignedEnvironments),
+            maxReceiptBytes: try s.int(
+                "max-receipt-bytes", flag: verification.maxReceiptBytes, default: VerificationPolicy.defaultMaxReceiptBytes),
+            trustedIntermediatePaths: s.strings("trusted-intermediate", flag: verification.trustedIntermediates))
         var catalogue = ProductCatalogue()
         if let path = s.string("products", flag: verification.products) {
             catalogue = try ProductCatalogue.load(path: path)
