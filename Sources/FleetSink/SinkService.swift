@@ -162,7 +162,10 @@ public final class SinkService: Service, Sendable {
                     if let live = connection, ContinuousClock.now - lastProbe > .seconds(1) {
                         lastProbe = ContinuousClock.now
                         do {
-                            try await live.query("SELECT 1", logger: logger)
+                            // Bounded like a batch: a probe sent just as PostgreSQL shut down once never completed and
+                            // held the sink (ready, idle, lag growing) until the stall watch had it restarted.
+                            let logger = self.logger
+                            _ = try await guarded(live) { try await live.query("SELECT 1", logger: logger) }
                         } catch {
                             logger.warning("database probe failed", metadata: ["error": "\(Self.brief(error))"])
                             try? await live.close()
