@@ -29,6 +29,8 @@ private struct ConsumerState {
     var trackers: [TopicPartition: OffsetTracker] = [:]
     /// Partitions whose position went out of range under `OffsetResetPolicy.fail`: paused, messages filtered.
     var blocked: Set<TopicPartition> = []
+    /// Next offset after the last message fetched per assigned partition (for the stall watch).
+    var fetched: [TopicPartition: Int64] = [:]
     var joined = false
     var stopRequested = false
     /// The poll thread has finished closing; the handle is destroyed or about to be.
@@ -76,8 +78,20 @@ private struct ConsumerState {
         return out
     }
 
+    /// Records the next offset per partition; messages come in runs per partition, so one write per run.
+    mutating func noteFetched(_ messages: [KafkaMessage]) {
+        var i = messages.startIndex
+        while i < messages.endIndex {
+            let tp = messages[i].topicPartition
+            var j = i + 1
+            while j < messages.endIndex, messages[j].partition == tp.partition, messages[j].topic == tp.topic { j += 1 }
+            fetched[tp] = messages[j - 1].offset + 1
+            i = j
+        }
+    }
+
     mutating func drop(_ partitions: Set<TopicPartition>) {
-        for tp in partitions { trackers.removeValue(forKey: tp) }
+        for tp in partitions { trackers.removeValue(forKey: tp); fetched.removeValue(forKey: tp) }
         blocked.subtract(partitions)
         if buffered > 0 {
             let kept = chunks[chunkHead...].map { $0.filter { !partitions.contains($0.topicPartition) } }
@@ -105,6 +119,9 @@ final class ConsumerCore: Sendable {
     /// Resets parsed from librdkafka's log callback (any thread), applied by the poll thread. A lock of its own: the
     /// callback may run on librdkafka's main thread while this consumer's state lock waits on it (commit).
     private let pendingResets = ConditionLock<[OffsetReset]>([])
+    private let watchDone = ConditionLock<Bool>(false)
+    /// Nil when `stallTimeoutSeconds` is 0.
+    let stallWatch: StallWatch?
 
     init(configuration: KafkaConfiguration, groupId: String, topics: [String]) throws(KafkaError) {
         guard !topics.isEmpty else { throw .invalidArgument("a consumer needs at least one topic") }
@@ -112,6 +129,8 @@ final class ConsumerCore: Sendable {
         self.groupId = groupId
         self.maxBuffered = max(1, configuration.maxBufferedMessages)
         self.offsetResetPolicy = configuration.offsetResetPolicy
+        self.stallWatch = configuration.stallTimeoutSeconds > 0
+            ? StallWatch(timeout: .seconds(configuration.stallTimeoutSeconds), group: groupId) : nil
         var logger = Logger(label: "fleet.kafka.consumer")
         logger[metadataKey: "group"] = "\(groupId)"
         self.logger = logger
@@ -133,9 +152,31 @@ final class ConsumerCore: Sendable {
         }
         let core = self
         startThread(name: "fleet-kafka-consumer-poll") { core.pollLoop() }
+        if stallWatch != nil { startThread(name: "fleet-kafka-consumer-stall-watch") { core.stallWatchLoop() } }
     }
 
     func setHandler(_ h: (@Sendable (AssignmentChange) -> Void)?) { handler.withLock { $0 = h } }
+
+    /// The stall watch's thread (see `ConsumerStallWatch.swift`): samples fetched positions under the state lock, then
+    /// queries watermarks without it. Exits when a stop is requested; the poll thread waits for it before destroying
+    /// the handle.
+    fileprivate func stallWatchLoop() {
+        defer { watchDone.withLock { $0 = true }; watchDone.broadcast() }
+        guard let watch = stallWatch else { return }
+        let interval = min(5.0, max(0.2, Double(watch.timeout.components.seconds) / 4))
+        let queryMs = Int32(min(5_000, max(500, Int(watch.timeout.components.seconds) * 250)))
+        while true {
+            let snap = state.wait(until: { $0.stopRequested }, timeoutSeconds: interval) { s, _ -> StallWatch.Snapshot? in
+                s.stopRequested || s.handleGone ? nil : StallWatch.Snapshot(
+                    partitions: s.assignment.subtracting(s.blocked), delivered: s.fetched,
+                    backpressured: s.buffered >= maxBuffered)
+            }
+            guard let snap else { break }
+            watch.check(snap, query: { queryWatermarks($0, timeoutMs: queryMs) },
+                        committed: { committedOffset($0, timeoutMs: queryMs) })
+        }
+        watch.stop()
+    }
 
     // MARK: poll thread
 
@@ -188,9 +229,11 @@ final class ConsumerCore: Sendable {
                         }
                     }
                     // Blocked partitions (offset reset under policy fail) hand out nothing past the gap.
-                    s.append(allAssigned ? batch : batch.filter {
+                    let kept = allAssigned ? batch : batch.filter {
                         s.assignment.contains($0.topicPartition) && !s.blocked.contains($0.topicPartition)
-                    })
+                    }
+                    s.noteFetched(kept)
+                    s.append(kept)
                     batch = []
                     batch.reserveCapacity(1000)
                 }
@@ -221,6 +264,8 @@ final class ConsumerCore: Sendable {
         }
         waiters.forEach { $0.continuation.resume(returning: .success([])) }
         ConsumerRegistry.shared.unregister(handle)
+        // The stall watch queries through the handle: it stops on `stopRequested` within one query timeout.
+        if stallWatch != nil { watchDone.wait(until: { $0 }, timeoutSeconds: nil) { _, _ in } }
         rd_kafka_destroy(handle)
         assignmentContinuation.finish()
         closeDone.withLock { $0 = true }
@@ -440,9 +485,15 @@ final class ConsumerCore: Sendable {
                 guard e.err != RD_KAFKA_RESP_ERR_NO_ERROR else { continue }
                 let tp = TopicPartition(topic: String(cString: e.topic), partition: e.partition)
                 if e.err == RD_KAFKA_RESP_ERR__STATE {
-                    // No longer assigned to us: the new owner redelivers; drop our bookkeeping for it.
-                    s.trackers.removeValue(forKey: tp)
-                    s.assignment.remove(tp)
+                    // librdkafka does not consider the partition assigned right now. Our assignment follows the
+                    // rebalance callback only: a revoke that is under way arrives there and drops the partition.
+                    // Dropping it here instead (as this code once did) desynchronised the two views: librdkafka kept
+                    // fetching the partition and the poll thread filtered every message of it as "not assigned",
+                    // silently and forever (the chaos soak's wedged sink). The offset is simply not stored; a later
+                    // completion stores past it, or the next owner redelivers it.
+                    logger.notice("offsets_store refused: partition not assigned in librdkafka right now; offset not stored", metadata: [
+                        "partition": "\(tp)", "offset": "\(e.offset)",
+                    ])
                 } else {
                     logger.warning("offsets_store failed", metadata: [
                         "partition": "\(tp)", "error": "\(String(cString: rd_kafka_err2name(e.err)))",
@@ -458,6 +509,7 @@ final class ConsumerCore: Sendable {
     var assignment: Set<TopicPartition> { state.withLock { $0.assignment } }
     var isReady: Bool {
         state.withLock { $0.joined && !$0.stopRequested && $0.fatal == nil && !$0.handleGone && $0.blocked.isEmpty }
+            && !(stallWatch?.hasStall ?? false)
     }
     var blockedPartitions: Set<TopicPartition> { state.withLock { $0.blocked } }
 

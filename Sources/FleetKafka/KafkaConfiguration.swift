@@ -45,6 +45,10 @@ public struct KafkaConfiguration: Sendable {
     /// (configurable only from 2.2 as `fetch.queue.backoff.ms`). A consumer that falls behind therefore sees
     /// 1 s gaps; raise `queued.max.messages.kbytes` through `properties` if memory allows.
     public var maxBufferedMessages: Int
+    /// Seconds an owned partition may have messages waiting (high watermark above its position) without delivering
+    /// any, while the application takes what it is given, before the consumer reports a stall (`ConsumerStall`:
+    /// error log, metrics, not ready, and not live after twice as long). 0 turns the watch off.
+    public var stallTimeoutSeconds: Int = 0
 
     public init(
         bootstrapServers: String,

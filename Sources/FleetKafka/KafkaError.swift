@@ -97,6 +97,8 @@ public enum KafkaErrorCode {
     public static let topicAlreadyExists: Int32 = RD_KAFKA_RESP_ERR_TOPIC_ALREADY_EXISTS.rawValue
     public static let messageTimedOut: Int32 = RD_KAFKA_RESP_ERR__MSG_TIMED_OUT.rawValue
     public static let state: Int32 = RD_KAFKA_RESP_ERR__STATE.rawValue
+    public static let invalidArgument: Int32 = RD_KAFKA_RESP_ERR__INVALID_ARG.rawValue
+    public static let destroyed: Int32 = RD_KAFKA_RESP_ERR__DESTROY.rawValue
 }
 
 /// Kafka protocol API keys, for `EmbeddedKafkaCluster.pushRequestErrors`.

@@ -1,6 +1,7 @@
 import AppStoreServerAPI
 import AppStoreVerification
 import Crypto
+import FleetDevStack
 import FleetKafka
 import FleetSink
 import FleetTestPKI

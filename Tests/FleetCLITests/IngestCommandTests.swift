@@ -1,4 +1,5 @@
 import AppStoreVerification
+import FleetDevStack
 import FleetIngestClient
 import FleetKafka
 import FleetOperations

@@ -1,5 +1,6 @@
 import AppStoreVerification
 import EntitlementDomain
+import FleetDevStack
 import FleetIngest
 import FleetIngestClient
 import FleetKafka

@@ -1,3 +1,4 @@
+import FleetDevStack
 import FleetOperations
 import Foundation
 import Testing

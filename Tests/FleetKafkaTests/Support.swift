@@ -1,3 +1,4 @@
+import FleetDevStack
 import Foundation
 import Synchronization
 import Testing
@@ -5,7 +6,7 @@ import Testing
 @testable import FleetKafka
 
 enum TestKafka {
-    /// Consumer-group timings from kafka-notes.md (the mock makes a joining member wait session.timeout - 1s).
+    /// Consumer-group timings from docs/kafka-notes.md (the mock makes a joining member wait session.timeout - 1s).
     static func config(_ bootstrap: String) -> KafkaConfiguration {
         var c = KafkaConfiguration(bootstrapServers: bootstrap, clientId: "fleet-tests")
         c.sessionTimeoutMilliseconds = 6000

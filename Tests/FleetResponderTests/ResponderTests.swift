@@ -1,6 +1,7 @@
 import AppStoreServerAPI
 import Crypto
 import EntitlementDomain
+import FleetDevStack
 import FleetKafka
 import FleetResponder
 import FleetSink

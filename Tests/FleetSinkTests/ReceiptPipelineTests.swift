@@ -1,5 +1,6 @@
 import AppStoreVerification
 import EntitlementDomain
+import FleetDevStack
 import FleetKafka
 import FleetTestPKI
 import Foundation

@@ -1,4 +1,5 @@
 import EntitlementDomain
+import FleetDevStack
 import Foundation
 import Logging
 import PostgresNIO

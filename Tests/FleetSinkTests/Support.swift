@@ -1,5 +1,6 @@
 import AppStoreVerification
 import EntitlementDomain
+import FleetDevStack
 import Foundation
 import Logging
 import PostgresNIO

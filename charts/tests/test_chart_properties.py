@@ -18,10 +18,12 @@ CONTRACT_WORKER_KEYS = {
     "group", "input-topic", "result-topic", "rejected-topic", "root-certificate", "bundle-id", "environment",
     "app-apple-id", "products", "require-known-products", "metrics-port", "shutdown-deadline-seconds",
     "log-level", "log-format", "validation-time", "allow-unsigned-environments", "metrics-host", "offset-reset-policy",
+    "stall-timeout-seconds",
 }
 CONTRACT_SINK_KEYS = {
     "group", "result-topic", "database-url", "rejected-topic", "metrics-port", "shutdown-deadline-seconds",
     "log-level", "log-format", "max-batch-size", "writers", "metrics-host", "offset-reset-policy",
+    "stall-timeout-seconds",
 }
 CONTRACT_METRICS = [
     "fleet_worker_inputs_total", "fleet_worker_verdicts_total", "fleet_consumer_lag",

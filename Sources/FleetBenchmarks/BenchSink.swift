@@ -1,7 +1,7 @@
 import AppStoreVerification
-import ArgumentParser
 import EntitlementDomain
 import FleetDemo
+import FleetDevStack
 import FleetKafka
 import FleetOperations
 import FleetSink
@@ -18,22 +18,16 @@ import Synchronization
 /// `copy_events_per_s` (the events those rows hold, per second of COPY) and `sink_to_copy_ratio` (events_per_s over
 /// copy_events_per_s), plus `events_table_copy_rows_per_s` (the entitlement_events rows alone).
 /// Registered by the lead under `fleet bench`.
-struct BenchSink: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(
-        commandName: "sink",
-        abstract: "Benchmark the PostgreSQL sink (embedded Kafka + throwaway PostgreSQL) against a plain COPY.")
+public struct BenchSink: Sendable {
+    public init() {}
 
-    @Option(help: "Events to write")
-    var events: Int = 100_000
-    @Option(help: "Most events per database transaction")
-    var batchSize: Int = 2000
-    @Option(help: "Sink writers, as `fleet sink --writers` (each its own consumer in the group and database connection)")
-    var writers: Int = 1
+    public var events: Int = 100_000
+    public var batchSize: Int = 2000
+    public var writers: Int = 1
 
-    @Option(help: "Partitions of the result topic (default: enough for the embedded cluster to retain every event)")
-    var partitions: Int?
+    public var partitions: Int?
 
-    func run() async throws {
+    public func run() async throws {
         guard events > 0, batchSize > 0, partitions ?? 1 > 0 else { throw ValidationError("all counts must be positive") }
         FleetLogging.bootstrap(format: "text", level: "warning")
         var logger = Logger(label: "fleet.bench.sink")

@@ -1,30 +1,15 @@
 import AppStoreVerification
-import ArgumentParser
 import FleetTestPKI
 import Foundation
 
 /// `fleet bench verify`: verification throughput on generated Apple-shaped data, against raw swift-crypto ES256.
-struct BenchVerify: ParsableCommand {
-    static let configuration = CommandConfiguration(
-        commandName: "verify",
-        abstract: "Measure JWS verification throughput (warm cache, notifications, uncached, raw ES256).",
-        discussion: """
-            Prints one JSON object: threads, transactions_per_s, notifications_per_s, uncached_transactions_per_s, \
-            raw_es256_verifies_per_s, cache_hit_ratio (plus the ratios to raw, and, for information, \
-            raw_notification_inputs_per_s: raw ES256 of a notification's own three signing inputs), and for legacy app \
-            receipts receipts_per_s (a 4-entry receipt, warm cache) and raw_rsa_verifies_per_s (RSA-2048 PKCS#1 v1.5 \
-            of the same content; target receipts_per_s >= 0.7 x raw). Targets on one thread: \
-            transactions_per_s >= 0.85 x raw_es256_verifies_per_s, notifications_per_s >= 0.85 x raw / 3; \
-            with N threads, N threads >= 0.9 x N x one thread (two threads >= 1.8x; the one-thread run is then made \
-            too). The "checks" object reports the ratios and whether each target is met. Build with -c release: \
-            swift build -c release && .build/release/fleet bench verify --threads 2
-            """
-    )
+public struct BenchVerify: Sendable {
+    public init() {}
 
-    @Option(help: "Seconds per phase.") var seconds: Double = 3
-    @Option(help: "Threads.") var threads: Int = 1
+    public var seconds: Double = 3
+    public var threads: Int = 1
 
-    func run() throws {
+    public func run() throws {
         let workload = try VerifyBenchmark.Workload()
         let result = VerifyBenchmark.run(workload: workload, seconds: seconds, threads: threads, cache: ChainCache())
         var object = try JSONValue.parse(bytes: Array(try JSONEncoder().encode(result)))

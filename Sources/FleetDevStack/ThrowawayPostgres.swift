@@ -146,7 +146,8 @@ public final class ThrowawayPostgres: Sendable {
         guard !name.isEmpty, name.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "_") }) else {
             throw Failure.io("invalid database name \(name.debugDescription): use letters, digits and _")
         }
-        let config = try DatabaseURL(url(database: "postgres")).connectionConfiguration()
+        let config = PostgresConnection.Configuration(
+            host: host, port: port, username: superuser, password: nil, database: "postgres", tls: .disable)
         let connection = try await PostgresConnection.connect(configuration: config, id: 0, logger: logger)
         do {
             try await connection.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \"\(name)\""), logger: logger)
@@ -224,6 +225,16 @@ public final class ThrowawayPostgres: Sendable {
         posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
         posix_spawn_file_actions_addopen(&actions, 1, capture, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
         posix_spawn_file_actions_adddup2(&actions, 1, 2)
+        // Nothing else of this process is inherited: `pg_ctl start` leaves a long-lived server behind, and a server
+        // holding copies of this process's sockets (the embedded cluster's broker connections in `fleet bench
+        // chaos`) keeps them open after this process closes them, so their peers never see the close.
+        // (glibc's posix_spawn_file_actions_addclosefrom_np is not visible to Swift: mark every descriptor
+        // close-on-exec instead; harmless for this process, which never execs itself.)
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? [] {
+            guard let fd = Int32(name), fd > 2 else { continue }
+            let flags = fcntl(fd, F_GETFD)
+            if flags >= 0, flags & FD_CLOEXEC == 0 { _ = fcntl(fd, F_SETFD, flags | FD_CLOEXEC) }
+        }
         var environment = ProcessInfo.processInfo.environment
         environment["LC_ALL"] = "C"
         let envp = environment.map { "\($0.key)=\($0.value)" }

@@ -1,6 +1,7 @@
 import AppStoreVerification
 import Crypto
 import Dispatch
+import FleetTestPKI
 import Foundation
 
 /// The `fleet bench verify` measurement: generated Apple-shaped data, verified in process.

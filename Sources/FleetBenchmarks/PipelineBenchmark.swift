@@ -1,4 +1,5 @@
 import AppStoreVerification
+import FleetDemo
 import FleetKafka
 import FleetSink
 import FleetTestPKI

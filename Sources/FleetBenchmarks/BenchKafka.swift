@@ -1,4 +1,4 @@
-import ArgumentParser
+import FleetDevStack
 import FleetKafka
 import FleetOperations
 import Foundation
@@ -6,30 +6,19 @@ import Synchronization
 
 /// `fleet bench kafka`: producer and consumer throughput of the FleetKafka wrapper through the embedded cluster,
 /// and of `kcat` (same librdkafka, same cluster, same run) as the reference. The last stdout line is one JSON object.
-struct BenchKafka: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(
-        commandName: "kafka",
-        abstract: "Kafka produce/consume messages per second (wrapper vs kcat) through the embedded cluster."
-    )
+public struct BenchKafka: Sendable {
+    public init() {}
 
-    @Option(help: "Messages per measurement.") var messages: Int = 100_000
-    @Option(name: .customLong("value-size"), help: "Value size in bytes.") var valueSize: Int = 1024
+    public var messages: Int = 100_000
+    public var valueSize: Int = 1024
     /// The librdkafka 2.0.2 mock keeps only ~5 MB per partition (older data is deleted), so the consume
     /// measurement needs enough partitions to retain every produced byte: 32 x ~3 MB for the defaults.
-    @Option(help: "Partitions of the benchmark topics (the mock retains ~5 MB per partition).") var partitions: Int = 32
-    @Option(help: "Brokers of the embedded cluster.") var brokers: Int = 3
-    @Option(help: "kcat executable (skipped when not found).") var kcat: String = "kcat"
-    @Flag(name: .customLong("no-kcat"), help: "Do not measure kcat.") var noKcat = false
-    @Option(help: "Measurement passes (best pass reported).") var passes: Int = 3
-    @Option(name: .customLong("kafka-property"), help: "librdkafka property key=value for both the wrapper and kcat (repeatable).")
-    var kafkaProperties: [String] = []
-
-    func validate() throws {
-        guard messages >= 1000 else { throw ValidationError("--messages must be at least 1000") }
-        guard valueSize >= 1 else { throw ValidationError("--value-size must be at least 1") }
-        guard passes >= 1 else { throw ValidationError("--passes must be at least 1") }
-        guard partitions >= 1, brokers >= 1 else { throw ValidationError("--partitions and --brokers must be >= 1") }
-    }
+    public var partitions: Int = 32
+    public var brokers: Int = 3
+    public var kcat: String = "kcat"
+    public var noKcat = false
+    public var passes: Int = 3
+    public var kafkaProperties: [String] = []
 
     struct Result: Codable {
         var benchmark = "kafka"
@@ -46,7 +35,7 @@ struct BenchKafka: AsyncParsableCommand {
         var consume_ratio: Double?
     }
 
-    func run() async throws {
+    public func run() async throws {
         FleetLogging.bootstrap(format: "text", level: "warning")
         let cluster = try EmbeddedKafkaCluster(brokers: brokers)
         defer { cluster.shutdown() }

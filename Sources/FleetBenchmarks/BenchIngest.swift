@@ -1,6 +1,6 @@
 import AppStoreVerification
-import ArgumentParser
 import EntitlementDomain
+import FleetDevStack
 import FleetIngest
 import FleetIngestClient
 import FleetKafka
@@ -13,26 +13,15 @@ import ServiceLifecycle
 import Synchronization
 
 /// `fleet bench ingest`: acknowledged notifications/s of `fleet ingest` on loopback, with its same-run references.
-struct BenchIngest: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(
-        commandName: "ingest",
-        abstract: "Measure fleet ingest: notifications/s acknowledged (64 keep-alive clients), p50/p99, transactions/s.",
-        discussion: """
-            Runs an embedded Kafka cluster and `fleet ingest` in this process, then loads it on loopback (client \
-            included on the same machine): the same server's GET /healthz rate (reference), POST /apple/notifications \
-            at full speed (notifications_per_s, p50/p99), the same at half that rate (paced_p99_ms), POST \
-            /v1/transactions (verified inline) beside the single-thread verify rate of `fleet bench verify`. Uses wrk \
-            (Debian package `wrk`) for the full-speed phases when it is on PATH, else built-in keep-alive threads. \
-            Targets: notifications_per_s >= 5000, paced_p99_ms < 50, transactions_vs_single_thread_verify >= 0.8. \
-            Prints one JSON line. Build with -c release.
-            """)
+public struct BenchIngest: Sendable {
+    public init() {}
 
-    @Option(help: "Seconds per phase.") var seconds: Int = 10
-    @Option(help: "Concurrent keep-alive connections.") var connections: Int = 64
-    @Option(help: "Load generator: auto (wrk when installed), wrk, or threads.") var client = "auto"
-    @Option(help: "Partitions of the raw topic.") var partitions: Int = 6
+    public var seconds: Int = 10
+    public var connections: Int = 64
+    public var client = "auto"
+    public var partitions: Int = 6
 
-    func run() async throws {
+    public func run() async throws {
         var logger = Logger(label: "fleet.bench.ingest")
         logger.logLevel = .warning
         FleetMetrics.bootstrap()

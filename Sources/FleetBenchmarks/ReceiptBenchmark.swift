@@ -1,5 +1,6 @@
 import AppStoreVerification
 import Crypto
+import FleetTestPKI
 import Foundation
 import _CryptoExtras
 

@@ -1,6 +1,6 @@
 import AppStoreVerification
-import ArgumentParser
 import FleetDemo
+import FleetDevStack
 import FleetKafka
 import FleetOperations
 import FleetTestPKI
@@ -8,21 +8,16 @@ import Foundation
 
 /// `fleet bench worker`: one worker process (all cores) against the embedded cluster on pre-produced notifications,
 /// beside the single-thread verify-only rate measured in the same run.
-struct BenchWorker: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(
-        commandName: "worker",
-        abstract: "Measure one worker process's throughput and memory against the single-thread verify-only rate.")
+public struct BenchWorker: Sendable {
+    public init() {}
 
-    @Option(help: "Notifications to pre-produce.")
-    var inputs = 20_000
+    public var inputs = 20_000
 
-    @Option(help: "Seconds for the verify-only reference measurement.")
-    var verifySeconds = 3.0
+    public var verifySeconds = 3.0
 
-    @Option(help: "Worker threads (default: every core).")
-    var threads: Int?
+    public var threads: Int?
 
-    func run() async throws {
+    public func run() async throws {
         FleetLogging.bootstrap(format: "text", level: "warning")
         let fleet = currentExecutable()
         let cores = ProcessInfo.processInfo.activeProcessorCount

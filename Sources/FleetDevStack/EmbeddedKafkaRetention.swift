@@ -1,6 +1,7 @@
-import CRdKafka
+import FleetKafka
 import Foundation
 import Logging
+import Synchronization
 
 /// Watches the partitions of an embedded (mock) cluster for the one limit that loses data: librdkafka 2.0.2's mock keeps
 /// at most `partitionBytes` (5 MiB, hard-coded as `mpart->max_size`, no setting changes it) and 100,000 message sets per
@@ -30,8 +31,8 @@ public final class EmbeddedKafkaRetentionWatch: Sendable {
         public var warned = false
     }
 
-    private let state = ConditionLock<(stop: Bool, partitions: [TopicPartition: PartitionState])>((false, [:]))
-    private let done = ConditionLock<Bool>(false)
+    private let state = Mutex<(stop: Bool, partitions: [TopicPartition: PartitionState])>((false, [:]))
+    private let done = DispatchSemaphore(value: 0)
     private let logger: Logger
     private let warnFraction: Double
 
@@ -40,28 +41,13 @@ public final class EmbeddedKafkaRetentionWatch: Sendable {
                 logger: Logger = Logger(label: "fleet.embedded-kafka.retention")) throws(KafkaError) {
         self.logger = logger
         self.warnFraction = warnFraction
-        let conf = try makeConf([
-            ("bootstrap.servers", bootstrapServers), ("client.id", "fleet-retention-watch"),
-            ("group.id", "fleet-retention-watch-\(UUID().uuidString)"), ("enable.auto.commit", "false"),
-            ("enable.auto.offset.store", "false"), ("enable.partition.eof", "false"),
-            ("auto.offset.reset", "earliest"), ("queued.max.messages.kbytes", "4096"),
-        ])
-        let rk = try makeHandle(RD_KAFKA_CONSUMER, conf: conf)
-        rd_kafka_poll_set_consumer(rk)
-        let list = rd_kafka_topic_partition_list_new(Int32(topics.values.reduce(0, +)))
-        for (topic, count) in topics.sorted(by: { $0.key < $1.key }) {
-            for p in 0..<count {
-                rd_kafka_topic_partition_list_add(list, topic, Int32(p))?.pointee.offset = Int64(RD_KAFKA_OFFSET_BEGINNING)
-            }
+        let all = topics.sorted(by: { $0.key < $1.key }).flatMap { topic, count in
+            (0..<count).map { TopicPartition(topic: topic, partition: Int32($0)) }
         }
-        let err = rd_kafka_assign(rk, list)
-        rd_kafka_topic_partition_list_destroy(list)
-        if err != RD_KAFKA_RESP_ERR_NO_ERROR {
-            rd_kafka_destroy(rk)
-            throw KafkaError(err, message: "retention watch: assign: \(String(cString: rd_kafka_err2str(err)))")
-        }
-        let handle = UInt(bitPattern: rk)
-        startThread(name: "fleet-retention-watch") { [self] in self.loop(OpaquePointer(bitPattern: handle)!) }
+        let reader = try RDKafkaPartitionSizeReader(bootstrapServers: bootstrapServers, clientId: "fleet-retention-watch", partitions: all)
+        let thread = Thread { [self] in self.loop(reader) }
+        thread.name = "fleet-retention-watch"
+        thread.start()
     }
 
     /// What the watch knows now, per partition.
@@ -70,38 +56,28 @@ public final class EmbeddedKafkaRetentionWatch: Sendable {
     /// Stops the watch and waits for its thread.
     public func stop() {
         state.withLock { $0.stop = true }
-        _ = done.wait(until: { $0 }, timeoutSeconds: 10) { v, _ in v }
+        if done.wait(timeout: .now() + 10) == .success { done.signal() }  // stays signalled for a second stop()
     }
 
-    private func loop(_ rk: OpaquePointer) {
+    private func loop(_ reader: RDKafkaPartitionSizeReader) {
         var lastCheck = ContinuousClock.now
         while !state.withLock({ $0.stop }) {
-            if let rkm = rd_kafka_consumer_poll(rk, 200) {
-                let m = rkm.pointee
-                if m.err == RD_KAFKA_RESP_ERR_NO_ERROR, let rkt = m.rkt {
-                    let tp = TopicPartition(topic: String(cString: rd_kafka_topic_name(rkt)), partition: m.partition)
-                    let bytes = Int64(m.len + m.key_len)
-                    state.withLock { $0.partitions[tp, default: PartitionState()].retainedBytes += bytes }
-                }
-                rd_kafka_message_destroy(rkm)
+            if let (tp, bytes) = reader.poll(timeoutMilliseconds: 200) {
+                state.withLock { $0.partitions[tp, default: PartitionState()].retainedBytes += bytes }
             }
             if ContinuousClock.now - lastCheck >= .seconds(1) {
                 lastCheck = .now
-                check(rk)
+                check(reader)
             }
         }
-        _ = rd_kafka_consumer_close(rk)
-        rd_kafka_destroy(rk)
-        done.withLock { $0 = true }
-        done.broadcast()
+        reader.close()
+        done.signal()
     }
 
-    private func check(_ rk: OpaquePointer) {
+    private func check(_ reader: RDKafkaPartitionSizeReader) {
         let tps = state.withLock { Array($0.partitions.keys) }
         for tp in tps {
-            var low: Int64 = -1, high: Int64 = -1
-            guard rd_kafka_get_watermark_offsets(rk, tp.topic, tp.partition, &low, &high) == RD_KAFKA_RESP_ERR_NO_ERROR,
-                  low >= 0 else { continue }
+            guard let (low, high) = reader.watermarks(tp) else { continue }
             let (previousLow, bytes, warn) = state.withLock { s -> (Int64, Int64, Bool) in
                 var p = s.partitions[tp, default: PartitionState()]
                 let previous = p.lowWatermark
