@@ -19,6 +19,17 @@ let selected: FuzzTarget = {
             exit(1)
         }
     }
+    // The differential corpus and the fleet's verdicts (Fuzz/differential/compare.py runs Apple's side).
+    if let dir = getenv("FLEET_FUZZ_DIFFERENTIAL").map({ String(cString: $0) }) {
+        do {
+            let count = getenv("FLEET_DIFFERENTIAL_COUNT").flatMap { Int(String(cString: $0)) } ?? 3000
+            try DifferentialCorpus(count: count).write(to: URL(fileURLWithPath: dir))
+            exit(0)
+        } catch {
+            printError("differential corpus failed: \(error)")
+            exit(1)
+        }
+    }
     let name = getenv("FLEET_FUZZ_TARGET").map { String(cString: $0) } ?? ""
     guard let target = FuzzTarget(rawValue: name) else {
         printError("set FLEET_FUZZ_TARGET to one of: \(FuzzTarget.allCases.map(\.rawValue).joined(separator: ", "))")
