@@ -16,6 +16,7 @@ printf '%-10s %10s %8s %8s %7s %s\n' target execs cov ft corpus result
 for t in $TARGETS; do
   mkdir -p ".build-fuzz/corpus/$t" "$OUT/crashes"
   log="$OUT/$t.log"
+  rm -f "$OUT"/crashes/"$t"-*
   FLEET_FUZZ_TARGET=$t "$BIN" ".build-fuzz/corpus/$t" "Fuzz/corpus/$t" \
     -max_total_time="$SECONDS_EACH" -timeout=20 -rss_limit_mb=3072 -print_final_stats=1 \
     -artifact_prefix="$OUT/crashes/$t-" >"$log" 2>&1
