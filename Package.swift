@@ -222,11 +222,15 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
-        // A strict local stand-in for Apple's App Store Server API (tests only).
+        // Shared by the test targets: the `fleet` binary (FLEET_EXECUTABLE) and child processes, topic readers and Kafka
+        // helpers, the per-process throwaway PostgreSQL, event generators, and a strict local stand-in for Apple's App
+        // Store Server API. Tests only.
         .target(
             name: "FleetTestSupport",
             dependencies: [
-                "AppStoreServerAPI", "AppStoreVerification", "FleetTestPKI",
+                "AppStoreServerAPI", "AppStoreVerification", "FleetTestPKI", "EntitlementDomain", "FleetKafka", "FleetDevStack",
+                "FleetSink",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
@@ -274,23 +278,28 @@ let package = Package(
         .testTarget(name: "EntitlementDomainTests", dependencies: [
             "EntitlementDomain", "AppStoreVerification", .product(name: "Crypto", package: "swift-crypto"),
         ]),
-        .testTarget(name: "FleetKafkaTests", dependencies: ["FleetKafka", "FleetOperations", "FleetDevStack"]),
+        .testTarget(name: "FleetKafkaTests", dependencies: ["FleetKafka", "FleetOperations", "FleetDevStack", "FleetTestSupport"]),
         .testTarget(name: "FleetWorkerTests", dependencies: [
             "FleetWorker", "FleetKafka", "FleetTestPKI", "EntitlementDomain", "FleetDevStack", "AppStoreVerification", "FleetOperations",
+            "FleetTestSupport",
             .product(name: "Crypto", package: "swift-crypto"), .product(name: "Logging", package: "swift-log"),
         ]),
         .testTarget(name: "FleetBenchmarksTests", dependencies: ["FleetBenchmarks", "AppStoreVerification"]),
+        .testTarget(name: "FleetDemoTests", dependencies: [
+            "FleetDemo", "AppStoreVerification", "EntitlementDomain", "FleetKafka", "FleetTestPKI", "FleetWorker",
+        ]),
         .testTarget(
             name: "FleetSinkTests",
             dependencies: [
                 "FleetSink", "FleetKafka", "EntitlementDomain", "EntitlementRules", "AppStoreVerification", "FleetTestPKI",
-                "FleetDevStack",
+                "FleetDevStack", "FleetTestSupport",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]),
         .testTarget(name: "FleetIngestTests", dependencies: [
             "FleetIngest", "FleetIngestClient", "FleetKafka", "FleetWorker", "FleetTestPKI", "FleetOperations", "FleetDevStack",
+            "FleetTestSupport",
             "AppStoreVerification", "EntitlementDomain", .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
         ]),

@@ -4,6 +4,7 @@ import FleetIngestClient
 import FleetKafka
 import FleetOperations
 import FleetTestPKI
+import FleetTestSupport
 import Foundation
 import Synchronization
 import Testing
@@ -40,7 +41,7 @@ struct IngestCommandTests {
     }
 
     @Test func ingestProcessAcceptanceAndSigterm() async throws {
-        guard let url = FleetExecutable.url else {
+        guard let url = FleetBinary.url else {
             Issue.record("fleet executable not built")
             return
         }

@@ -1,5 +1,6 @@
 import FleetDevStack
 import FleetOperations
+import FleetTestSupport
 import Foundation
 import Testing
 

@@ -1,7 +1,9 @@
+import FleetDevStack
+import FleetTestSupport
 import Foundation
 import Testing
 
-@testable import FleetKafka
+import FleetKafka
 
 /// Tests that run the built `fleet` executable as separate processes (`swift build` must have built it).
 @Suite(.serialized, .enabled(if: FleetBinary.available, "the fleet executable is not built (run `swift build` first)"))
@@ -129,7 +131,7 @@ struct MultiProcessTests {
         let lines = [jws1, #"{"signedPayload":"\#(jws2)"}"#, "", "not-a-jws-at-all"]
         try lines.joined(separator: "\n").write(to: input, atomically: true, encoding: .utf8)
 
-        let published = try await FleetBinary.run(["publish", "--bootstrap-servers", bootstrap, "--topic", "raw", input.path])
+        let published = try await FleetBinary.run(["publish", "--bootstrap-servers", bootstrap, "--topic", "raw", input.path], timeout: .seconds(60))
         #expect(published.status == 0, "\(published.stdout)\(published.stderr)")
         #expect(published.stdout.contains("delivered 3 of 3"), "\(published.stdout)")
         #expect(published.stdout.contains("1 unkeyed"), "\(published.stdout)")
@@ -151,7 +153,7 @@ struct MultiProcessTests {
         for v in [jws1, jws2] { if let m = byValue[v] { consumer.markProcessed(m) } }
         #expect(await consumer.close(deadline: .seconds(10)))
 
-        let lag = try await FleetBinary.run(["lag", "--bootstrap-servers", bootstrap, "--group", group, "--topic", "raw", "--json"])
+        let lag = try await FleetBinary.run(["lag", "--bootstrap-servers", bootstrap, "--group", group, "--topic", "raw", "--json"], timeout: .seconds(60))
         #expect(lag.status == 0, "\(lag.stderr)")
         struct Report: Decodable { var total: Int64; var partitions: [PartitionLag] }
         let report = try JSONDecoder().decode(Report.self, from: Data(lag.stdout.utf8))
@@ -161,11 +163,11 @@ struct MultiProcessTests {
         let library = try await KafkaAdmin(configuration: config).consumerLag(groupId: group, topics: ["raw"])
         #expect(library == report.partitions)
 
-        let text = try await FleetBinary.run(["lag", "--bootstrap-servers", bootstrap, "--group", group, "--topic", "raw"])
+        let text = try await FleetBinary.run(["lag", "--bootstrap-servers", bootstrap, "--group", group, "--topic", "raw"], timeout: .seconds(60))
         #expect(text.stdout.contains("total\t1"), "\(text.stdout)")
 
         // An unknown topic is a clear error, not a crash.
-        let missing = try await FleetBinary.run(["lag", "--bootstrap-servers", bootstrap, "--group", group, "--topic", "nope"])
+        let missing = try await FleetBinary.run(["lag", "--bootstrap-servers", bootstrap, "--group", group, "--topic", "nope"], timeout: .seconds(60))
         #expect(missing.status != 0)
         #expect(missing.stderr.contains("nope"), "\(missing.stderr)")
 
@@ -184,7 +186,7 @@ struct MultiProcessTests {
         #expect(r.status != 0)
         #expect(r.stdout.contains("delivered 0 of 1"), "\(r.stdout) \(r.stderr)")
         let bad = try await FleetBinary.run(["publish", "--bootstrap-servers", "x:1", "--topic", "raw",
-                                             "--kafka-property", "no-equals-sign", input.path])
+                                             "--kafka-property", "no-equals-sign", input.path], timeout: .seconds(60))
         #expect(bad.status != 0)
         #expect(bad.stderr.contains("key=value"), "\(bad.stderr)")
     }

@@ -1,106 +1,14 @@
 import AppStoreVerification
 import EntitlementDomain
-import FleetDevStack
 import Foundation
-import Logging
-import PostgresNIO
-import Synchronization
-import Testing
 
-@testable import FleetSink
-
-/// One throwaway PostgreSQL server for the whole test process; each test gets a fresh database.
-actor TestPostgres {
-    static let shared = TestPostgres()
-    private var server: ThrowawayPostgres?
-    private var counter = 0
-
-    func get() async throws -> ThrowawayPostgres {
-        if let server { return server }
-        let made = try await ThrowawayPostgres(database: "fleet_tests")
-        registerForCleanup(made)
-        server = made
-        return made
-    }
-
-    /// A fresh, migrated database; returns its URL.
-    func freshDatabase(migrate: Bool = true) async throws -> String {
-        let server = try await get()
-        counter += 1
-        let url = try await server.createDatabase("t\(counter)_\(UInt32.random(in: 0...UInt32.max))")
-        if migrate {
-            try await withConnection(url) { c in try await SinkSchema.migrate(connection: c, logger: testLogger) }
-        }
-        return url
-    }
-}
-
-let cleanup = Mutex<[ThrowawayPostgres]>([])
-func registerForCleanup(_ server: ThrowawayPostgres) {
-    let first = cleanup.withLock { list in
-        list.append(server)
-        return list.count == 1
-    }
-    if first {
-        atexit {
-            for server in cleanup.withLock({ $0 }) { server.destroy() }
-        }
-    }
-}
-
-let testLogger: Logger = {
-    var l = Logger(label: "fleet-sink-tests")
-    l.logLevel = .warning
-    return l
-}()
-
-@discardableResult
-func withConnection<T: Sendable>(_ url: String, _ body: (PostgresConnection) async throws -> T) async throws -> T {
-    let config = try DatabaseURL(url).connectionConfiguration()
-    let connection = try await PostgresConnection.connect(configuration: config, id: 9, logger: testLogger)
-    do {
-        let result = try await body(connection)
-        try await connection.close()
-        return result
-    } catch {
-        try? await connection.close()
-        throw error
-    }
-}
-
-let dumpedTables = [
-    "notifications", "transactions", "transaction_versions", "entitlement_events", "entitlements",
-    "consumable_ledger", "schema_migrations",
-]
-
-/// Every row of every sink table as text, sorted: equal dumps mean byte-for-byte equal table contents.
-func dump(_ connection: PostgresConnection) async throws -> [String: String] {
-    var result: [String: String] = [:]
-    for table in dumpedTables {
-        let rows = try await connection.query(
-            PostgresQuery(unsafeSQL: "SELECT coalesce(string_agg(t::text, E'\\n' ORDER BY t::text), '') FROM \(table) t"),
-            logger: testLogger)
-        for try await text in rows.decode(String.self) { result[table] = text }
-    }
-    return result
-}
-
-func scalar<T: PostgresDecodable & Sendable>(_ c: PostgresConnection, _ sql: String, as: T.Type = T.self) async throws -> T {
-    let rows = try await c.query(PostgresQuery(unsafeSQL: sql), logger: testLogger).collect()
-    guard let row = rows.first else { throw TestFailure("no row for \(sql)") }
-    return try row.decode(T.self)
-}
-
-struct TestFailure: Error, CustomStringConvertible {
-    var description: String
-    init(_ d: String) { description = d }
-}
-
-let baseTime: Int64 = 1_760_000_000_000
-let day: Int64 = 86_400_000
+/// Entitlement events shaped like what the workers emit, for the sink's, the dashboard's and the responder's tests.
+/// The times are fixed (`baseTime`, 2025-10-09) so that runs compare byte for byte.
+public let baseTime: Int64 = 1_760_000_000_000
+public let day: Int64 = 86_400_000
 
 /// A subscription / one-time event shaped like what the workers emit.
-func makeEvent(
+public func makeEvent(
     _ id: String, kind: String, effect: EntitlementEffect, signed: Int64, subject: String? = "otx-1",
     product: String = "com.example.premium.monthly", productType: String = "Auto-Renewable Subscription",
     entitlement: String? = "premium", transactionId: String? = "tx-1", originalTransactionId: String? = "otx-1",
@@ -139,7 +47,7 @@ func makeEvent(
         units: units, entitlement: entitlement, transaction: transaction)
 }
 
-func encode(_ event: EntitlementEvent) -> [UInt8] {
+public func encode(_ event: EntitlementEvent) -> [UInt8] {
     let encoder = JSONEncoder()
     encoder.outputFormatting = [.sortedKeys]
     return Array((try? encoder.encode(event)) ?? Data())
@@ -147,7 +55,7 @@ func encode(_ event: EntitlementEvent) -> [UInt8] {
 
 /// A mixed stream over several subjects: subscriptions with renewals, refunds, reversals, state changes,
 /// consumables (including repeats), and a TEST notification. Delivered in a shuffled order.
-func mixedStream(subjects: Int = 6) -> [EntitlementEvent] {
+public func mixedStream(subjects: Int = 6) -> [EntitlementEvent] {
     var events: [EntitlementEvent] = []
     for s in 0..<subjects {
         let otx = "otx-\(s)"
@@ -192,10 +100,10 @@ func mixedStream(subjects: Int = 6) -> [EntitlementEvent] {
     return events.shuffled(using: &generator)
 }
 
-struct SplitMix: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
+public struct SplitMix: RandomNumberGenerator {
+    public var state: UInt64
+    public init(seed: UInt64) { state = seed }
+    public mutating func next() -> UInt64 {
         state &+= 0x9E37_79B9_7F4A_7C15
         var z = state
         z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
@@ -204,14 +112,7 @@ struct SplitMix: RandomNumberGenerator {
     }
 }
 
-func chunks<T>(_ items: [T], of size: Int) -> [[T]] {
+public func chunks<T>(_ items: [T], of size: Int) -> [[T]] {
     stride(from: 0, to: items.count, by: size).map { Array(items[$0..<min($0 + size, items.count)]) }
 }
 
-/// `withConnection` for multi-statement bodies that return nothing (keeps the closure's `throws` explicit).
-func onDatabase(_ url: String, _ body: (PostgresConnection) async throws -> Void) async throws {
-    try await withConnection(url) { (c: PostgresConnection) async throws -> Bool in
-        try await body(c)
-        return true
-    }
-}
