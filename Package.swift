@@ -1,4 +1,5 @@
 // swift-tools-version: 6.2
+import Foundation
 import PackageDescription
 
 let strict: [SwiftSetting] = [.enableUpcomingFeature("ExistentialAny")]
@@ -85,17 +86,25 @@ let package = Package(
             dependencies: ["EntitlementDomain"],
             swiftSettings: strict
         ),
-        // Shared service plumbing: configuration, metrics/health HTTP, logging, signals.
+        // Layered settings (file < env < flags): swift-configuration and Yams only, no HTTP (fuzzed on its own).
+        .target(
+            name: "FleetConfig",
+            dependencies: [
+                .product(name: "Configuration", package: "swift-configuration"),
+                .product(name: "Yams", package: "Yams"),
+            ],
+            swiftSettings: strict
+        ),
+        // Shared service plumbing: configuration (FleetConfig, re-exported), metrics/health HTTP, logging, signals.
         .target(
             name: "FleetOperations",
             dependencies: [
+                "FleetConfig",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
-                .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "Yams", package: "Yams"),
             ],
             swiftSettings: strict
         ),
@@ -136,10 +145,12 @@ let package = Package(
             swiftSettings: strict
         ),
         // `fleet ingest`: the HTTP front door (Apple's notifications, apps' transactions) publishing to the raw topic.
+        // The front door's request-body classification, pure (no Hummingbird): fuzzed on its own.
+        .target(name: "FleetIngestRequests", dependencies: ["AppStoreVerification"], swiftSettings: strict),
         .target(
             name: "FleetIngest",
             dependencies: [
-                "AppStoreVerification", "EntitlementDomain", "FleetKafka", "FleetOperations", "FleetWorker",
+                "FleetIngestRequests", "AppStoreVerification", "EntitlementDomain", "FleetKafka", "FleetOperations", "FleetWorker",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
@@ -230,6 +241,18 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
+        // Fuzz targets' invariants and seed corpora (issue 21): run by the libFuzzer binary and by the tests.
+        .target(
+            name: "FleetFuzzing",
+            dependencies: [
+                "AppStoreVerification", "EntitlementDomain", "FleetConfig", "FleetIngestRequests", "FleetTestPKI",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+            ],
+            swiftSettings: strict
+        ),
         .executableTarget(
             name: "fleet",
             dependencies: [
@@ -299,6 +322,9 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Crypto", package: "swift-crypto"),
         ]),
+        .testTarget(name: "FleetFuzzingTests", dependencies: [
+            "FleetFuzzing", "FleetTestPKI", "AppStoreVerification", "EntitlementDomain", "FleetIngestRequests",
+        ]),
         .testTarget(name: "AppStoreServerAPITests", dependencies: [
             "AppStoreServerAPI", "FleetTestSupport", "FleetTestPKI", "AppStoreVerification",
             .product(name: "Crypto", package: "swift-crypto"),
@@ -306,3 +332,13 @@ let package = Package(
     ],
     swiftLanguageModes: [.v6]
 )
+
+// The libFuzzer binary exists only in the fuzz build (`make fuzz`: FLEET_FUZZ_BUILD=1, `--sanitize fuzzer
+// --sanitize address`, scratch path .build-fuzz): it has no `main` of its own (libFuzzer's), so a normal
+// `swift build` must not see it.
+if ProcessInfo.processInfo.environment["FLEET_FUZZ_BUILD"] == "1" {
+    package.targets.append(
+        .executableTarget(
+            name: "fleet-fuzz", dependencies: ["FleetFuzzing"], path: "Fuzz/fleet-fuzz",
+            swiftSettings: [.unsafeFlags(["-parse-as-library"])]))
+}

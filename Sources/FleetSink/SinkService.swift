@@ -273,18 +273,9 @@ public final class SinkService: Service, Sendable {
 
     public static func decode(_ record: SinkRecord) -> Result<EntitlementEvent, DecodeFailure> {
         // The domain's own decoder (the inverse of what the workers write), several times faster than JSONDecoder.
-        let event: EntitlementEvent
-        do {
-            event = try EntitlementEvent(jsonBytes: record.value)
-        } catch {
-            let reason: SinkRejection = error.reason.hasPrefix("unsupported schema") ? .unsupportedSchema : .undecodable
-            return .failure(DecodeFailure(reason: reason, detail: error.reason))
+        EntitlementEvent.decodeForSink(record.value).mapError { failure in
+            DecodeFailure(reason: SinkRejection(rawValue: failure.reason) ?? .undecodable, detail: failure.detail)
         }
-        for (name, value) in [("eventId", event.eventId), ("kind", event.kind), ("environment", event.environment)]
-        where value.isEmpty {
-            return .failure(DecodeFailure(reason: .invalidEvent, detail: "\(name) is empty"))
-        }
-        return .success(event)
     }
 
     /// Applies the batch in one transaction, retrying with backoff while the database is unavailable (reconnecting

@@ -26,6 +26,9 @@ public struct FleetSettings: Sendable {
         }
     }
 
+    /// The largest config file read (larger ones are refused unread).
+    public static let maxConfigFileBytes = 1024 * 1024
+
     /// The section of the YAML file this process reads (`worker` or `sink`).
     public let section: String
     /// The config file actually read, if any.
@@ -57,6 +60,12 @@ public struct FleetSettings: Sendable {
         if let path {
             guard FileManager.default.isReadableFile(atPath: path) else {
                 throw Error.unreadableConfigFile(path: path, reason: "no such readable file")
+            }
+            // Bounded before anything parses it: a config file is a few KiB; a huge one is a mistake or an attack.
+            let size = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? NSNumber)?.intValue ?? 0
+            if size > Self.maxConfigFileBytes {
+                throw Error.unreadableConfigFile(
+                    path: path, reason: "the file is \(size) bytes; the limit is \(Self.maxConfigFileBytes) bytes")
             }
             do {
                 providers.append(try await FileProvider<YAMLSnapshot>(filePath: .init(path)))
