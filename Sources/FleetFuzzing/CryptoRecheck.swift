@@ -55,26 +55,27 @@ enum CryptoRecheck {
             if let serial = si.serialNumber, let issuer = si.issuerDER {
                 var s = DER.Serializer()
                 guard (try? s.serialize(c.issuer)) != nil else { return false }
-                return s.serializedBytes == issuer && Array(c.serialNumber.bytes) == serial
+                return s.serializedBytes == Array(issuer) && Array(c.serialNumber.bytes) == Array(serial)
             }
             if let ski = si.subjectKeyIdentifier, let id = try? c.extensions.subjectKeyIdentifier {
-                return Array(id.keyIdentifier) == ski
+                return Array(id.keyIdentifier) == Array(ski)
             }
             return false
         }
         guard let signer else { return "no certificate of the set is the signer" }
         let leaf = certs[signer]
         guard let key = _RSA.Signing.PublicKey(leaf.publicKey) else { return "signer key is not RSA" }
-        let content = si.signedAttributesDER ?? signed.content
+        let content = si.signedAttributesDER ?? Array(signed.content)
+        guard let digestOID = try? ASN1ObjectIdentifier(derEncoded: si.digestAlgorithm.oid.der) else { return "digest algorithm OID does not parse" }
         if si.signedAttributesDER != nil {
             guard let md = si.signedAttributes.first(where: { $0.0 == PKCS7SignedData.messageDigestAttributeOID }),
                   md.1.count == 1, let value = try? ASN1OctetString(derEncoded: md.1[0]),
-                  let expected = hash(si.digestAlgorithm.oid, signed.content), Array(value.bytes) == expected
+                  let expected = hash(digestOID, Array(signed.content)), Array(value.bytes) == expected
             else { return "message-digest attribute does not match the content" }
         }
         let signature = _RSA.Signing.RSASignature(rawRepresentation: si.signature)
         let valid: Bool
-        switch si.digestAlgorithm.oid {
+        switch digestOID {
         case sha1: valid = key.isValidSignature(signature, for: Insecure.SHA1.hash(data: content), padding: .insecurePKCS1v1_5)
         case sha256: valid = key.isValidSignature(signature, for: SHA256.hash(data: content), padding: .insecurePKCS1v1_5)
         case sha384: valid = key.isValidSignature(signature, for: SHA384.hash(data: content), padding: .insecurePKCS1v1_5)
