@@ -17,6 +17,22 @@ struct IngestRequestTests {
         #expect(try IngestRequests.notification(Array("{\"signedPayload\":\"garbage\"}".utf8)).key == nil)
     }
 
+    @Test("the key scan finds only the top-level member, skipping nested objects, arrays and strings that contain it")
+    func keyScan() {
+        func key(_ json: String) -> String? { IngestRequests.topLevelMember(Array(json.utf8), Array("notificationUUID".utf8)) }
+        let nested = "{\"data\":{\"notificationUUID\":\"inner\",\"s\":\"}{\\\"\"},\"x\":[1,{\"notificationUUID\":2}],\"notificationUUID\":\"outer\"}"
+        #expect(key(nested) == "outer")
+        #expect(key("{ \"notificationUUID\" : 12345 }") == "12345")
+        #expect(key("{\"a\":\"notificationUUID\",\"b\":true}") == nil)
+        #expect(key("{\"notificationUUID\":\"\"}") == nil)
+        #expect(key("{\"notificationUUID\":\"a\\\"b\"}") == nil)  // escapes: unkeyed
+        #expect(key("{\"notificationUUID\":\"" + String(repeating: "a", count: 257) + "\"}") == nil)
+        #expect(key("[\"notificationUUID\"]") == nil)
+        #expect(key("{\"notificationUUID\"") == nil)
+        #expect(key("{\"a\":{\"b\":") == nil)
+        #expect(key("") == nil)
+    }
+
     @Test("transactions: the bare JWS is the value; a receipt body is kept whole; optional fields")
     func transactionParsing() throws {
         let jws = IngestHarness.pki.sign(TestPayloads.transaction(transactionId: "2000000000000042"))
