@@ -153,6 +153,7 @@ let package = Package(
                 "FleetIngestRequests", "AppStoreVerification", "EntitlementDomain", "FleetKafka", "FleetOperations", "FleetWorker",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

@@ -106,14 +106,100 @@ public enum IngestRequests {
     }
 
     /// A string claim of the JWS payload, read WITHOUT verification (only used as a partition key). Nil when the
-    /// JWS is not well-formed or the claim is absent: the workers reject such input with a reason.
+    /// JWS is not well-formed or the claim is absent: the workers reject such input with a reason. The payload is
+    /// decoded straight from the JWS bytes and scanned for the one top-level member, not parsed into values (a
+    /// notification's payload carries two nested JWS of several KB each).
     static func unverifiedClaim(_ jws: String, _ claim: String) -> String? {
-        let parts = jws.utf8.split(separator: UInt8(ascii: "."), omittingEmptySubsequences: false)
-        guard parts.count == 3, parts[1].count <= 256 * 1024 else { return nil }
-        guard let payload = Base64.decodeURL(String(decoding: parts[1], as: UTF8.self)),
-              let json = try? JSONValue.parse(bytes: payload) else { return nil }
-        if case .string(let s)? = json[claim], !s.isEmpty, s.utf8.count <= 256 { return s }
-        if case .integer(let i)? = json[claim] { return String(i) }
-        return nil
+        var jws = jws
+        return jws.withUTF8 { bytes -> String? in
+            let dot = UInt8(ascii: ".")
+            guard let first = bytes.firstIndex(of: dot),
+                  let second = bytes[(first + 1)...].firstIndex(of: dot),
+                  !bytes[(second + 1)...].contains(dot),
+                  second - first - 1 <= 256 * 1024,
+                  let payload = Base64.decodeURL(UnsafeBufferPointer(rebasing: bytes[(first + 1)..<second]))
+            else { return nil }
+            return topLevelMember(payload, Array(claim.utf8))
+        }
+    }
+
+    /// The value of top-level member `key` of a JSON object when it is a string (1...256 bytes, no escapes) or an
+    /// integer; nil otherwise. A scan, not a validator: only used to pick a partition key from unverified input.
+    static func topLevelMember(_ b: [UInt8], _ key: [UInt8]) -> String? {
+        let quote = UInt8(ascii: "\""), backslash = UInt8(ascii: "\\")
+        var i = 0
+        let n = b.count
+        func skipSpace() {
+            while i < n, b[i] == 0x20 || b[i] == 0x0A || b[i] == 0x0D || b[i] == 0x09 { i += 1 }
+        }
+        /// The content range of the string at `i` (which must start with a quote) and whether it has escapes.
+        func string() -> (Range<Int>, Bool)? {
+            guard i < n, b[i] == quote else { return nil }
+            i += 1
+            let start = i
+            var escaped = false
+            while i < n {
+                if b[i] == backslash { escaped = true; i += 2; continue }
+                if b[i] == quote { i += 1; return (start..<(i - 1), escaped) }
+                i += 1
+            }
+            return nil
+        }
+        func skipValue() -> Bool {
+            guard i < n else { return false }
+            switch b[i] {
+            case quote:
+                return string() != nil
+            case UInt8(ascii: "{"), UInt8(ascii: "["):
+                var depth = 0
+                while i < n {
+                    switch b[i] {
+                    case quote:
+                        guard string() != nil else { return false }
+                        continue
+                    case UInt8(ascii: "{"), UInt8(ascii: "["):
+                        depth += 1
+                    case UInt8(ascii: "}"), UInt8(ascii: "]"):
+                        depth -= 1
+                        if depth == 0 { i += 1; return true }
+                    default: break
+                    }
+                    i += 1
+                }
+                return false
+            default:
+                let start = i
+                while i < n, ![UInt8(ascii: ","), UInt8(ascii: "}"), UInt8(ascii: "]"), 0x20, 0x0A, 0x0D, 0x09].contains(b[i]) { i += 1 }
+                return i > start
+            }
+        }
+        skipSpace()
+        guard i < n, b[i] == UInt8(ascii: "{") else { return nil }
+        i += 1
+        while true {
+            skipSpace()
+            guard let name = string()?.0 else { return nil }
+            skipSpace()
+            guard i < n, b[i] == UInt8(ascii: ":") else { return nil }
+            i += 1
+            skipSpace()
+            if b[name].elementsEqual(key) {
+                guard i < n else { return nil }
+                if b[i] == quote {
+                    guard let value = string(), !value.1, (1...256).contains(value.0.count) else { return nil }
+                    return String(decoding: b[value.0], as: UTF8.self)
+                }
+                let start = i
+                if i < n, b[i] == UInt8(ascii: "-") { i += 1 }
+                while i < n, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(b[i]) { i += 1 }
+                guard i > start, i - start <= 20, i == n || [UInt8(ascii: ","), UInt8(ascii: "}"), 0x20, 0x0A, 0x0D, 0x09].contains(b[i])
+                else { return nil }
+                return String(decoding: b[start..<i], as: UTF8.self)
+            }
+            guard skipValue() else { return nil }
+            skipSpace()
+            guard i < n, b[i] == UInt8(ascii: ",") else { return nil }
+            i += 1
+        }
     }
 }

@@ -88,7 +88,7 @@ public struct OperationsServer: Service {
     public let readiness: Readiness
     private let logger: Logger
 
-    public init(host: String = "0.0.0.0", port: Int, readiness: Readiness, logger: Logger) {
+    public init(host: String = "127.0.0.1", port: Int, readiness: Readiness, logger: Logger) {
         self.host = host
         self.port = port
         self.readiness = readiness

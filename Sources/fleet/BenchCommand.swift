@@ -131,6 +131,8 @@ struct BenchIngestCommand: AsyncParsableCommand {
     @Option(help: "Concurrent keep-alive connections.") var connections: Int = 64
     @Option(help: "Load generator: auto (wrk when installed), wrk, or threads.") var client = "auto"
     @Option(help: "Partitions of the raw topic.") var partitions: Int = 6
+    @Option(name: .customLong("kafka-property"), help: "A librdkafka property of the ingest's producer, key=value (repeatable), e.g. linger.ms=1.")
+    var kafkaProperties: [String] = []
 
     func run() async throws {
         var bench = BenchIngest()
@@ -138,6 +140,10 @@ struct BenchIngestCommand: AsyncParsableCommand {
         bench.connections = connections
         bench.client = client
         bench.partitions = partitions
+        for p in kafkaProperties {
+            guard let eq = p.firstIndex(of: "="), eq != p.startIndex else { throw ValidationError("--kafka-property '\(p)': expected key=value") }
+            bench.kafkaProperties[String(p[..<eq])] = String(p[p.index(after: eq)...])
+        }
         try await bench.run()
     }
 }

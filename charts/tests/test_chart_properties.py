@@ -377,13 +377,18 @@ def test_configmap_has_the_contract_layout(extra):
 def test_example_config_file_has_every_contract_key_and_the_chart_uses_only_its_keys():
     example = yaml.safe_load((REPO / "config" / "fleet.yaml").read_text())
     # The chart renders the long-running consumers' sections; the file also documents the API commands' section.
-    assert set(example) == {"kafka", "worker", "sink", "appstore-api"}
+    assert set(example) == {"kafka", "worker", "sink", "ingest", "appstore-api"}
     assert set(example["kafka"]) == CONTRACT_KAFKA_KEYS
     assert set(example["worker"]) == CONTRACT_WORKER_KEYS
     assert set(example["sink"]) == CONTRACT_SINK_KEYS
     cfg = render(EVERYTHING).fleet_config()
     for section in ("kafka", "worker", "sink"):
         assert set(cfg[section]) <= set(example[section])
+    # The ingest section (rendered when ingest.enabled) uses only the file's keys, plus the token path it mounts.
+    ingest = render({"ingest": {"enabled": True, "apiToken": {"existingSecret": "t"}}}).fleet_config()["ingest"]
+    assert set(ingest) <= set(example["ingest"]) | {"api-token-file"}
+    assert {k: v for k, v in ingest.items() if k not in ("host", "metrics-host", "log-format", "api-token-file")} == \
+        {k: v for k, v in example["ingest"].items() if k not in ("host", "metrics-host", "log-format")}
     # the chart's defaults are the contract's defaults
     defaults = render().fleet_config()
     assert defaults["worker"]["group"] == example["worker"]["group"] == "fleet-verifiers"
