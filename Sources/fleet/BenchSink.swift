@@ -32,11 +32,9 @@ struct BenchSink: AsyncParsableCommand {
 
     @Option(help: "Partitions of the result topic (default: enough for the embedded cluster to retain every event)")
     var partitions: Int?
-    @Option(help: "Migrate the bench database only up to this schema version (default: every migration), to measure an older schema with the same binary")
-    var schemaVersion: Int?
 
     func run() async throws {
-        guard events > 0, batchSize > 0, partitions ?? 1 > 0, schemaVersion ?? 1 > 0 else { throw ValidationError("all counts must be positive") }
+        guard events > 0, batchSize > 0, partitions ?? 1 > 0 else { throw ValidationError("all counts must be positive") }
         FleetLogging.bootstrap(format: "text", level: "warning")
         var logger = Logger(label: "fleet.bench.sink")
         logger.logLevel = .warning
@@ -54,7 +52,7 @@ struct BenchSink: AsyncParsableCommand {
         let topic = "bench.entitlements.verified"
         try cluster.createTopic(topic, partitions: partitions)
         try cluster.createTopic("bench.sink-rejected", partitions: 1)
-        print("bench sink: \(events) events, batch \(batchSize), \(max(1, writers)) writer(s), \(partitions) partitions, schema version \(schemaVersion.map(String.init) ?? "latest"); PostgreSQL \(postgres.binDirectory)")
+        print("bench sink: \(events) events, batch \(batchSize), \(max(1, writers)) writer(s), \(partitions) partitions; PostgreSQL \(postgres.binDirectory)")
 
         // Produce (not timed).
         let kafka = KafkaConfiguration(bootstrapServers: cluster.bootstrapServers, clientId: "bench-sink")
@@ -89,8 +87,7 @@ struct BenchSink: AsyncParsableCommand {
         // Migrate, then run the sink until every event is processed.
         let connection = try await PostgresConnection.connect(
             configuration: try DatabaseURL(postgres.url).connectionConfiguration(), id: 1, logger: logger)
-        try await SinkSchema.migrate(
-            connection: connection, migrations: SinkSchema.migrations.filter { $0.version <= schemaVersion ?? .max }, logger: logger)
+        try await SinkSchema.migrate(connection: connection, logger: logger)
 
         let durations = Mutex<[Duration]>([])
         let processed = Mutex(0)
