@@ -160,7 +160,11 @@ struct Ingest: AsyncParsableCommand {
             validationTime: string("validation-time", verification.validationTime) ?? "signed-date", bundleId: bundle,
             appAppleId: try s.optionalInt64("app-apple-id", flag: verification.appAppleId) ?? w.optionalInt64("app-apple-id", flag: nil),
             allowUnsignedEnvironments: try s.bool("allow-unsigned-environments", flag: verification.allowUnsignedEnvironments)
-                || w.bool("allow-unsigned-environments", flag: false))
+                || w.bool("allow-unsigned-environments", flag: false),
+            maxReceiptBytes: try s.int(
+                "max-receipt-bytes", flag: verification.maxReceiptBytes,
+                default: try w.int("max-receipt-bytes", flag: nil, default: VerificationPolicy.defaultMaxReceiptBytes)),
+            trustedIntermediatePaths: strings("trusted-intermediate", verification.trustedIntermediates))
         var catalogue = ProductCatalogue()
         if let path = string("products", verification.products) { catalogue = try ProductCatalogue.load(path: path) }
         let requireKnown = try s.bool("require-known-products", flag: verification.requireKnownProducts)

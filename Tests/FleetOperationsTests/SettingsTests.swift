@@ -1,3 +1,4 @@
+import FleetDevStack
 import Foundation
 import Logging
 import Testing

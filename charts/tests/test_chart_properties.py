@@ -18,10 +18,12 @@ CONTRACT_WORKER_KEYS = {
     "group", "input-topic", "result-topic", "rejected-topic", "root-certificate", "bundle-id", "environment",
     "app-apple-id", "products", "require-known-products", "metrics-port", "shutdown-deadline-seconds",
     "log-level", "log-format", "validation-time", "allow-unsigned-environments", "metrics-host", "offset-reset-policy",
+    "max-receipt-bytes", "trusted-intermediate", "stall-timeout-seconds",
 }
 CONTRACT_SINK_KEYS = {
     "group", "result-topic", "database-url", "rejected-topic", "metrics-port", "shutdown-deadline-seconds",
     "log-level", "log-format", "max-batch-size", "writers", "metrics-host", "offset-reset-policy",
+    "stall-timeout-seconds",
 }
 CONTRACT_METRICS = [
     "fleet_worker_inputs_total", "fleet_worker_verdicts_total", "fleet_consumer_lag",
@@ -291,6 +293,21 @@ def test_root_certificates_from_a_named_configmap_or_secret():
     assert vols["roots"]["secret"]["secretName"] == "apple-roots"
     assert r.fleet_config()["worker"]["root-certificate"] == [
         "/etc/fleet/roots/AppleRootCA-G3.cer", "/etc/fleet/roots/AppleRootCA-G2.cer"]
+
+
+def test_trusted_intermediates_mounted_beside_the_roots():
+    r = render({"rootCertificates": {"kind": "Secret", "name": "apple-roots", "files": ["AppleRootCA-G3.cer"],
+                                     "intermediateFiles": ["AppleITunesStoreCertificationAuthority.cer"]},
+                "config": {"worker": {"max-receipt-bytes": 2097152}}})
+    vols = {v["name"]: v for v in r.deployment("worker")["spec"]["template"]["spec"]["volumes"]}
+    assert [i["key"] for i in vols["roots"]["secret"]["items"]] == [
+        "AppleRootCA-G3.cer", "AppleITunesStoreCertificationAuthority.cer"]
+    worker = r.fleet_config()["worker"]
+    assert worker["trusted-intermediate"] == ["/etc/fleet/roots/AppleITunesStoreCertificationAuthority.cer"]
+    assert worker["root-certificate"] == ["/etc/fleet/roots/AppleRootCA-G3.cer"]
+    assert worker["max-receipt-bytes"] == 2097152
+    # none by default: no key rendered
+    assert "trusted-intermediate" not in render().fleet_config()["worker"]
 
 
 def test_product_catalogue_mounted_at_the_contract_path():
