@@ -117,11 +117,28 @@ public struct BenchWorker: Sendable {
 }
 
 /// Peak resident set size of a process (VmHWM), in MB.
-func peakRSSMegabytes(pid: Int32) -> Double {
+func peakRSSMegabytes(pid: Int32) -> Double { processStatusMegabytes(pid: pid, field: "VmHWM:") }
+
+/// A memory field of /proc/PID/status (given in kB there), in MB; -1 when unreadable.
+func processStatusMegabytes(pid: Int32, field: String) -> Double {
     guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return -1 }
-    for line in status.split(separator: "\n") where line.hasPrefix("VmHWM:") {
+    for line in status.split(separator: "\n") where line.hasPrefix(field) {
         let kb = line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first.flatMap { Double($0) } ?? -1
         return kb / 1024
     }
     return -1
+}
+
+/// This process's memory, for benchmarks that measure one phase of a run.
+enum ProcessMemory {
+    /// Returns freed heap memory to the system (glibc's `malloc_trim`), restarts the peak-RSS count (`VmHWM`, by
+    /// writing 5 to /proc/self/clear_refs) and returns the resident set size from which it restarts, in MB.
+    static func resetPeak() -> Double {
+        typealias Trim = @convention(c) (Int) -> Int32
+        if let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "malloc_trim") {
+            _ = unsafeBitCast(symbol, to: Trim.self)(0)
+        }
+        try? "5".write(toFile: "/proc/self/clear_refs", atomically: false, encoding: .utf8)
+        return processStatusMegabytes(pid: getpid(), field: "VmRSS:")
+    }
 }
