@@ -33,8 +33,12 @@ struct BindAddressTests {
         p.executableURL = url
         p.arguments = arguments
         p.standardOutput = FileHandle.nullDevice
-        let errors = Pipe()
-        p.standardError = errors
+        // stderr to a file, not a pipe: nobody reads a pipe while the child runs, and a child blocked on a full pipe
+        // (librdkafka logs its refused connections every second) never gets to bind.
+        let errorsPath = FileManager.default.temporaryDirectory.appendingPathComponent("bind-\(UUID().uuidString.prefix(8)).err")
+        FileManager.default.createFile(atPath: errorsPath.path, contents: nil)
+        defer { try? FileManager.default.removeItem(at: errorsPath) }
+        p.standardError = try FileHandle(forWritingTo: errorsPath)
         var env = ProcessInfo.processInfo.environment
         for key in env.keys where key.hasPrefix("FLEET_") { env[key] = nil }
         p.environment = env
@@ -52,7 +56,7 @@ struct BindAddressTests {
             if found.values.allSatisfy({ !$0.isEmpty }) { return found }
             try await Task.sleep(for: .milliseconds(100))
         }
-        #expect(p.isRunning, "fleet \(arguments.first ?? "") exited: \(String(decoding: errors.fileHandleForReading.availableData, as: UTF8.self))")
+        #expect(p.isRunning, "fleet \(arguments.first ?? "") exited: \((try? String(contentsOf: errorsPath, encoding: .utf8))?.suffix(2000) ?? "")")
         return found
     }
 
