@@ -11,7 +11,12 @@ import Testing
 struct BindAddressTests {
     /// IPv4 addresses listening on `port`, from /proc/net/tcp (local address column, hex, little-endian on Linux).
     static func listeningAddresses(port: Int) -> [String] {
-        guard let table = try? String(contentsOfFile: "/proc/net/tcp", encoding: .utf8) else { return [] }
+        // Read to EOF: /proc files report size 0, and a one-shot read returns only the first page of a table that,
+        // with the whole suite running, holds hundreds of sockets.
+        guard let handle = FileHandle(forReadingAtPath: "/proc/net/tcp"),
+              let data = try? handle.readToEnd() else { return [] }
+        try? handle.close()
+        let table = String(decoding: data, as: UTF8.self)
         var out: [String] = []
         for line in table.split(separator: "\n").dropFirst() {
             let cols = line.split(separator: " ", omittingEmptySubsequences: true)
