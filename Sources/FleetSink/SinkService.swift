@@ -318,22 +318,9 @@ public final class SinkService: Service, Sendable {
     ) async throws -> T {
         let limit = configuration.batchTimeout
         let logger = self.logger
-        let race = Race<T>()
-        return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
-            race.start(continuation)
-            let timer = Task {
-                do { try await Task.sleep(for: limit) } catch { return }  // cancelled: the body finished
-                if race.finish(.failure(BatchTimedOut(limit: limit))) {
-                    logger.error("batch timed out; closing the database connection", metadata: ["limit": "\(limit)"])
-                    try? await connection.close()
-                }
-            }
-            Task {
-                let result: Result<T, any Error>
-                do { result = .success(try await body()) } catch { result = .failure(error) }
-                race.finish(result)
-                timer.cancel()
-            }
+        return try await Race<T>.run(within: limit, timedOut: BatchTimedOut(limit: limit), body: body) {
+            logger.error("batch timed out; closing the database connection", metadata: ["limit": "\(limit)"])
+            try? await connection.close()
         }
     }
 
@@ -409,22 +396,10 @@ public final class SinkService: Service, Sendable {
     private func connect() async throws -> PostgresConnection {
         let limit = configuration.batchTimeout
         let logger = self.logger
-        let race = Race<PostgresConnection>()
-        return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<PostgresConnection, any Error>) in
-            race.start(continuation)
-            let timer = Task {
-                do { try await Task.sleep(for: limit) } catch { return }
-                if race.finish(.failure(ConnectTimedOut(limit: limit))) {
-                    logger.error("database connect timed out", metadata: ["limit": "\(limit)"])
-                }
-            }
-            Task {
-                let result: Result<PostgresConnection, any Error>
-                do { result = .success(try await self.connectAndCheck()) } catch { result = .failure(error) }
-                if !race.finish(result), case .success(let late) = result { try? await late.close() }
-                timer.cancel()
-            }
-        }
+        return try await Race<PostgresConnection>.run(
+            within: limit, timedOut: ConnectTimedOut(limit: limit), body: { try await self.connectAndCheck() },
+            onTimeout: { logger.error("database connect timed out", metadata: ["limit": "\(limit)"]) },
+            lateSuccess: { late in try? await late.close() })
     }
 
     private func connectAndCheck() async throws -> PostgresConnection {
@@ -517,6 +492,29 @@ extension Duration {
 
 /// Resumes a continuation with whichever result comes first.
 final class Race<T: Sendable>: Sendable {
+    /// Runs `body` against a deadline: the first of the two to finish decides. On timeout `timedOut` is thrown and
+    /// `onTimeout` runs; the body is not awaited further (a call stuck on a dead socket must not hold the caller), and
+    /// a result it delivers late goes to `lateSuccess` (e.g. to close a connection nobody will use).
+    static func run(
+        within limit: Duration, timedOut: any Error, body: @escaping @Sendable () async throws -> T,
+        onTimeout: @escaping @Sendable () async -> Void, lateSuccess: @escaping @Sendable (T) async -> Void = { _ in }
+    ) async throws -> T {
+        let race = Race<T>()
+        return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
+            race.start(continuation)
+            let timer = Task {
+                do { try await Task.sleep(for: limit) } catch { return }  // cancelled: the body finished
+                if race.finish(.failure(timedOut)) { await onTimeout() }
+            }
+            Task {
+                let result: Result<T, any Error>
+                do { result = .success(try await body()) } catch { result = .failure(error) }
+                if !race.finish(result), case .success(let late) = result { await lateSuccess(late) }
+                timer.cancel()
+            }
+        }
+    }
+
     private let state = Mutex<(CheckedContinuation<T, any Error>?, Bool)>((nil, false))
 
     func start(_ continuation: CheckedContinuation<T, any Error>) {
