@@ -1,4 +1,5 @@
 // swift-tools-version: 6.2
+import Foundation
 import PackageDescription
 
 let strict: [SwiftSetting] = [.enableUpcomingFeature("ExistentialAny")]
@@ -29,6 +30,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.3"),
         .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
+        // Already in the graph through Hummingbird; named so FleetTestSupport can import HTTPTypes directly.
+        .package(url: "https://github.com/apple/swift-http-types.git", from: "1.8.0"),
     ],
     targets: [
         // All librdkafka C calls go through this system library, used only by FleetKafka.
@@ -47,6 +50,8 @@ let package = Package(
             name: "AppStoreVerification",
             dependencies: [
                 .product(name: "Crypto", package: "swift-crypto"),
+                // RSA-1024 keys of StoreKit 1 transaction receipt signers (swift-certificates needs 2048 bits).
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
             ],
@@ -91,20 +96,28 @@ let package = Package(
         // plain Swift over the current rows. No Kafka, no PostgreSQL.
         .target(
             name: "EntitlementRules",
-            dependencies: ["EntitlementDomain", "AppStoreVerification"],
+            dependencies: ["EntitlementDomain"],
             swiftSettings: strict
         ),
-        // Shared service plumbing: configuration, metrics/health HTTP, logging, signals.
+        // Layered settings (file < env < flags): swift-configuration and Yams only, no HTTP (fuzzed on its own).
+        .target(
+            name: "FleetConfig",
+            dependencies: [
+                .product(name: "Configuration", package: "swift-configuration"),
+                .product(name: "Yams", package: "Yams"),
+            ],
+            swiftSettings: strict
+        ),
+        // Shared service plumbing: configuration (FleetConfig, re-exported), metrics/health HTTP, logging, signals.
         .target(
             name: "FleetOperations",
             dependencies: [
+                "FleetConfig",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
-                .product(name: "Configuration", package: "swift-configuration"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "Yams", package: "Yams"),
             ],
             swiftSettings: strict
         ),
@@ -135,7 +148,7 @@ let package = Package(
         .target(
             name: "FleetDashboard",
             dependencies: [
-                "EntitlementDomain", "EntitlementRules", "FleetKafka", "FleetOperations",
+                "AppStoreVerification", "EntitlementDomain", "EntitlementRules", "FleetKafka", "FleetOperations",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
@@ -145,12 +158,15 @@ let package = Package(
             swiftSettings: strict
         ),
         // `fleet ingest`: the HTTP front door (Apple's notifications, apps' transactions) publishing to the raw topic.
+        // The front door's request-body classification, pure (no Hummingbird): fuzzed on its own.
+        .target(name: "FleetIngestRequests", dependencies: ["AppStoreVerification"], swiftSettings: strict),
         .target(
             name: "FleetIngest",
             dependencies: [
-                "AppStoreVerification", "EntitlementDomain", "FleetKafka", "FleetOperations", "FleetWorker",
+                "FleetIngestRequests", "AppStoreVerification", "EntitlementDomain", "FleetKafka", "FleetOperations", "FleetWorker",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -159,15 +175,43 @@ let package = Package(
         ),
         // A small blocking HTTP/1.1 keep-alive client for `fleet ingest` (demo traffic, `fleet bench ingest`, tests).
         .target(name: "FleetIngestClient", swiftSettings: strict),
-        // `fleet demo` / `fleet bench pipeline`: the whole stack on embedded defaults, and its traffic generator.
+        // Development stack, never in a production module: the embedded (mock) Kafka cluster and its retention watch,
+        // the throwaway PostgreSQL, the loopback HTTP probe, the running binary's path. Used by the demo, the
+        // benchmarks, `fleet dev-kafka` and the tests.
+        .target(
+            name: "FleetDevStack",
+            dependencies: [
+                "FleetKafka",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
+        // `fleet demo` / `fleet bench chaos`: the whole stack on embedded defaults, its traffic generator, the chaos soak.
         .target(
             name: "FleetDemo",
             dependencies: [
                 "AppStoreVerification", "FleetTestPKI", "EntitlementDomain", "FleetKafka", "FleetOperations", "FleetSink",
-                "FleetIngestClient",
+                "FleetIngestClient", "FleetDevStack",
                 "FleetWorker",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
+        // `fleet bench verify|kafka|worker|sink|pipeline|ingest`: each prints the project's figure beside a reference
+        // measured in the same run. The CLI only parses their flags.
+        .target(
+            name: "FleetBenchmarks",
+            dependencies: [
+                "AppStoreVerification", "FleetTestPKI", "EntitlementDomain", "FleetKafka", "FleetOperations", "FleetSink",
+                "FleetWorker", "FleetIngest", "FleetIngestClient", "FleetDemo", "FleetDevStack", "FleetRevocation",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
             swiftSettings: strict
         ),
@@ -194,31 +238,46 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
-        // A strict local stand-in for Apple's App Store Server API (tests only).
+        // Shared by the test targets: the `fleet` binary (FLEET_EXECUTABLE) and child processes, topic readers and Kafka
+        // helpers, the per-process throwaway PostgreSQL, event generators, and a strict local stand-in for Apple's App
+        // Store Server API. Tests only.
         .target(
             name: "FleetTestSupport",
             dependencies: [
-                "AppStoreServerAPI", "FleetTestPKI",
+                "AppStoreServerAPI", "AppStoreVerification", "FleetTestPKI", "EntitlementDomain", "FleetKafka", "FleetDevStack",
+                "FleetSink",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strict
+        ),
+        // Fuzz targets' invariants and seed corpora (issue 21): run by the libFuzzer binary and by the tests.
+        .target(
+            name: "FleetFuzzing",
+            dependencies: [
+                "AppStoreVerification", "EntitlementDomain", "FleetConfig", "FleetIngestRequests", "FleetTestPKI",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "_CryptoExtras", package: "swift-crypto"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
             ],
             swiftSettings: strict
         ),
         .executableTarget(
             name: "fleet",
             dependencies: [
-                "AppStoreVerification", "FleetTestPKI", "EntitlementDomain", "FleetKafka",
-                "FleetOperations", "FleetWorker", "FleetSink", "FleetDemo",
+                "AppStoreVerification", "EntitlementDomain", "FleetKafka",
+                "FleetOperations", "FleetWorker", "FleetSink", "FleetDemo", "FleetDevStack", "FleetBenchmarks",
                 "FleetDashboard",
                 "AppStoreServerAPI", "FleetResponder",
-                "FleetIngest", "FleetIngestClient", "FleetRevocation",
+                "FleetIngest", "FleetRevocation",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
-                .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strict
@@ -240,41 +299,52 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ]),
         .testTarget(name: "EntitlementDomainTests", dependencies: [
-            "EntitlementDomain", "AppStoreVerification", "FleetTestPKI", .product(name: "Crypto", package: "swift-crypto"),
+            "EntitlementDomain", "AppStoreVerification", .product(name: "Crypto", package: "swift-crypto"),
         ]),
-        .testTarget(name: "FleetKafkaTests", dependencies: ["FleetKafka", "FleetOperations"]),
+        .testTarget(name: "FleetKafkaTests", dependencies: ["FleetKafka", "FleetOperations", "FleetDevStack", "FleetTestSupport"]),
         .testTarget(name: "FleetWorkerTests", dependencies: [
-            "FleetWorker", "FleetKafka", "FleetTestPKI", "EntitlementDomain", "FleetRevocation", "FleetOperations",
-            "AppStoreVerification", .product(name: "Logging", package: "swift-log"),
+            "FleetWorker", "FleetKafka", "FleetTestPKI", "EntitlementDomain", "FleetDevStack", "AppStoreVerification", "FleetOperations",
+            "FleetTestSupport", "FleetRevocation",
+            .product(name: "Crypto", package: "swift-crypto"), .product(name: "Logging", package: "swift-log"),
+        ]),
+        .testTarget(name: "FleetBenchmarksTests", dependencies: ["FleetBenchmarks", "AppStoreVerification"]),
+        .testTarget(name: "FleetDemoTests", dependencies: [
+            "FleetDemo", "AppStoreVerification", "EntitlementDomain", "FleetKafka", "FleetTestPKI", "FleetWorker",
         ]),
         .testTarget(
             name: "FleetSinkTests",
             dependencies: [
                 "FleetSink", "FleetKafka", "EntitlementDomain", "EntitlementRules", "AppStoreVerification", "FleetTestPKI",
+                "FleetDevStack", "FleetTestSupport",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]),
         .testTarget(name: "FleetIngestTests", dependencies: [
-            "FleetIngest", "FleetIngestClient", "FleetKafka", "FleetWorker", "FleetTestPKI", "FleetOperations",
+            "FleetIngest", "FleetIngestClient", "FleetKafka", "FleetWorker", "FleetTestPKI", "FleetOperations", "FleetDevStack",
+            "FleetTestSupport",
             "AppStoreVerification", "EntitlementDomain", .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
         ]),
         .testTarget(name: "FleetDashboardTests", dependencies: [
-            "FleetDashboard", "FleetKafka", "FleetOperations", "EntitlementDomain", "AppStoreVerification",
+            "FleetDashboard", "FleetKafka", "FleetOperations", "EntitlementDomain", "AppStoreVerification", "FleetDevStack",
+            .product(name: "Logging", package: "swift-log"), .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
         ]),
-        .testTarget(name: "FleetOperationsTests", dependencies: ["FleetOperations", .product(name: "Logging", package: "swift-log")]),
+        .testTarget(name: "FleetOperationsTests", dependencies: ["FleetOperations", "FleetDevStack", .product(name: "Logging", package: "swift-log")]),
         .testTarget(name: "FleetCLITests", dependencies: [
             "fleet", "FleetTestPKI", "FleetOperations", "AppStoreVerification", "FleetKafka", "EntitlementDomain",
-            "FleetTestSupport", "AppStoreServerAPI", "FleetSink", "FleetIngestClient",
+            "FleetTestSupport", "AppStoreServerAPI", "FleetSink", "FleetIngestClient", "FleetDevStack",
             .product(name: "Crypto", package: "swift-crypto"),
         ]),
         .testTarget(name: "FleetResponderTests", dependencies: [
             "FleetResponder", "FleetSink", "FleetKafka", "FleetTestSupport", "FleetTestPKI", "AppStoreServerAPI", "EntitlementDomain",
+            "FleetDevStack",
             .product(name: "PostgresNIO", package: "postgres-nio"),
             .product(name: "Logging", package: "swift-log"),
-            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             .product(name: "Crypto", package: "swift-crypto"),
+        ]),
+        .testTarget(name: "FleetFuzzingTests", dependencies: [
+            "FleetFuzzing", "FleetTestPKI", "AppStoreVerification", "EntitlementDomain", "FleetIngestRequests",
         ]),
         .testTarget(name: "AppStoreServerAPITests", dependencies: [
             "AppStoreServerAPI", "FleetTestSupport", "FleetTestPKI", "AppStoreVerification",
@@ -283,3 +353,13 @@ let package = Package(
     ],
     swiftLanguageModes: [.v6]
 )
+
+// The libFuzzer binary exists only in the fuzz build (`make fuzz`: FLEET_FUZZ_BUILD=1, `--sanitize fuzzer
+// --sanitize address`, scratch path .build-fuzz): it has no `main` of its own (libFuzzer's), so a normal
+// `swift build` must not see it.
+if ProcessInfo.processInfo.environment["FLEET_FUZZ_BUILD"] == "1" {
+    package.targets.append(
+        .executableTarget(
+            name: "fleet-fuzz", dependencies: ["FleetFuzzing"], path: "Fuzz/fleet-fuzz",
+            swiftSettings: [.unsafeFlags(["-parse-as-library"])]))
+}

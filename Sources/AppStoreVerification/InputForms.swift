@@ -4,8 +4,8 @@
 /// - a legacy app receipt: a bare standard-base64 line starting with `MI` (DER SEQUENCE), or Apple's `verifyReceipt`
 ///   request body `{"receipt-data": "<base64>"}` (other keys such as `password` or `exclude-old-transactions` are
 ///   ignored);
-/// - a StoreKit 1 `transactionReceipt` (base64 of an old-style plist with `signature` and `purchase-info`) is
-///   recognised and rejected with `LEGACY_TRANSACTION_RECEIPT_UNSUPPORTED`.
+/// - a StoreKit 1 `transactionReceipt` (base64 of an old-style plist with `signature` and `purchase-info`): verified
+///   when its issuer is a configured trusted intermediate, else rejected with `LEGACY_TRANSACTION_RECEIPT_UNSUPPORTED`.
 extension SignedDataVerifier {
     func verifyTop(_ raw: UnsafeBufferPointer<UInt8>, expected: Kind?) throws(VerificationError) -> VerifiedItem {
         // JWS keep their own (smaller) bound, checked in verifyJWS; receipts theirs.
@@ -54,6 +54,12 @@ extension SignedDataVerifier {
             }
             throw VerificationError(.malformedJWS, "JSON body has neither signedPayload nor receipt-data")
         }
+        // The usual app receipt: one base64 line, decoded in one pass (the scan below only runs when that fails).
+        if expected == nil, buf.count >= 16, buf[0] == UInt8(ascii: "M"), buf[1] == UInt8(ascii: "I"),
+            buf.count <= policy.maxReceiptBytes, let der = Base64.decodeStandard(buf)
+        {
+            return .appReceipt(try verifyAppReceipt(der: der))
+        }
         if Self.looksLikeLegacyReceipt(buf) {
             try Self.requireReceiptExpected(expected)
             return try verifyAnyReceipt(buf)
@@ -75,12 +81,8 @@ extension SignedDataVerifier {
         var lo = 0
         while lo < b.count && Self.isSpace(b[lo]) { lo += 1 }
         if b.count - lo >= 2, b[lo] == UInt8(ascii: "e"), b[lo + 1] == UInt8(ascii: "w") {
-            throw VerificationError(
-                .legacyTransactionReceiptUnsupported,
-                "input is a StoreKit 1 transactionReceipt (old-style plist with signature and purchase-info), not an "
-                    + "app receipt; its signer is issued by \"Apple iTunes Store Certification Authority\", which would "
-                    + "have to be configured as a trusted intermediate, and that is not supported yet: send the app "
-                    + "receipt (Bundle.main.appStoreReceiptURL) or the StoreKit 2 JWS instead")
+            // Verified only with its issuer configured (TransactionReceipt.swift), else its own code.
+            return .appReceipt(try verifyTransactionReceipt(base64: UnsafeBufferPointer(rebasing: b[lo...])))
         }
         return .appReceipt(try verifyAppReceipt(base64: b))
     }

@@ -118,6 +118,10 @@ public struct VerificationPolicy: Sendable {
     /// Bound on a legacy app receipt (base64 or a `{"receipt-data": ...}` body), in bytes: receipts with hundreds of
     /// in-app entries are ~100 KB.
     public let maxReceiptBytes: Int
+    /// Extra trusted intermediates, never anchors: a chain through one still ends at one of `roots`. Used by StoreKit 1
+    /// transaction receipts, whose signer's issuer ("Apple iTunes Store Certification Authority") is not in the
+    /// receipt. Empty: those receipts are refused (`LEGACY_TRANSACTION_RECEIPT_UNSUPPORTED`).
+    public let trustedIntermediates: [TrustedRoot]
 
     public static let defaultMaxInputBytes = 64 * 1024
     public static let defaultMaxReceiptBytes = 1024 * 1024
@@ -130,7 +134,8 @@ public struct VerificationPolicy: Sendable {
         validationTime: ValidationTime = .signedDate,
         allowUnsignedEnvironments: Bool = false,
         maxInputBytes: Int = VerificationPolicy.defaultMaxInputBytes,
-        maxReceiptBytes: Int = VerificationPolicy.defaultMaxReceiptBytes
+        maxReceiptBytes: Int = VerificationPolicy.defaultMaxReceiptBytes,
+        trustedIntermediates: [TrustedRoot] = []
     ) throws(PolicyError) {
         if roots.isEmpty { throw PolicyError("at least one root certificate is required") }
         if bundleId.isEmpty { throw PolicyError("bundle id must not be empty") }
@@ -158,6 +163,8 @@ public struct VerificationPolicy: Sendable {
         self.allowUnsignedEnvironments = allowUnsignedEnvironments
         self.maxInputBytes = maxInputBytes
         self.maxReceiptBytes = maxReceiptBytes
+        var seenIntermediates = Set<[UInt8]>()
+        self.trustedIntermediates = trustedIntermediates.filter { seenIntermediates.insert($0.fingerprint).inserted }
     }
 
     /// Convenience: roots given as DER bytes.

@@ -11,7 +11,7 @@ import X509
     import Darwin
 #endif
 
-/// Verifies App Store signed data (JWS) exactly per `verification.md`, offline, with a shared verified-chain cache.
+/// Verifies App Store signed data (JWS) exactly per `docs/verification.md`, offline, with a shared verified-chain cache.
 ///
 /// Order of checks for every JWS: size bound; three base64url segments; header JSON and `alg == ES256`; payload JSON;
 /// kind and validation time (`signedDate`, AppTransaction `receiptCreationDate`, or now); Xcode/LocalTesting refusal;

@@ -43,7 +43,7 @@ extension RejectionReason {
     public static let deviceVerificationMismatch = RejectionReason(rawValue: "DEVICE_VERIFICATION_MISMATCH")
 }
 
-/// Turns verified App Store data into entitlement events, following `design/entitlement-mapping.md`:
+/// Turns verified App Store data into entitlement events, following `docs/entitlement-mapping.md`:
 /// the signed transaction and renewal info say what access is; notification type/subtype say why.
 public struct EntitlementMapper: Sendable {
     public var catalogue: ProductCatalogue

@@ -64,10 +64,15 @@ public struct ProductCatalogue: Sendable, Equatable {
 
     public var isEmpty: Bool { products.isEmpty }
 
+    /// The largest catalogue parsed (larger ones are refused unread).
+    public static let maxBytes = 1024 * 1024
+
     /// Loads YAML or JSON (JSON is YAML). Accepted layouts:
     /// `products: { <productId>: { type, units, duration, entitlement } }` or
     /// `products: [ { productId, type, units, duration, entitlement } ]`.
     public static func load(path: String) throws(LoadError) -> ProductCatalogue {
+        let size = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? NSNumber)?.intValue ?? 0
+        if size > maxBytes { throw .invalid(path: path, reason: "the file is \(size) bytes; the limit is \(maxBytes) bytes") }
         let text: String
         do { text = try String(contentsOfFile: path, encoding: .utf8) } catch {
             throw .unreadable(path: path, reason: "\(error.localizedDescription)")
@@ -79,6 +84,10 @@ public struct ProductCatalogue: Sendable, Equatable {
     }
 
     public static func parse(_ text: String) throws -> ProductCatalogue {
+        // Bounded before YAML sees it: a catalogue of thousands of products is well under 1 MiB.
+        if text.utf8.count > maxBytes {
+            throw LoadError.invalid(path: "", reason: "the catalogue is \(text.utf8.count) bytes; the limit is \(maxBytes) bytes")
+        }
         let root: Any?
         do { root = try Yams.load(yaml: text) } catch { throw LoadError.invalid(path: "", reason: "not YAML/JSON: \(error)") }
         guard let top = root as? [String: Any], let productsNode = top["products"] else {

@@ -235,7 +235,7 @@ public enum EntitlementRules {
             next.revocationReason = nil
         case .revoke:
             if let existing = row, refundsAnEarlierPeriod(e, current: existing) {
-                // entitlement-mapping.md: REFUND revokes only if the refunded transaction is the one currently
+                // docs/entitlement-mapping.md: REFUND revokes only if the refunded transaction is the one currently
                 // granting; a refund of an earlier billing period is recorded (event log, transactions) and changes
                 // no access.
                 return .applied

@@ -12,7 +12,7 @@ public struct DashboardServer: Service {
     public let state: DashboardState
     private let logger: Logger
 
-    public init(host: String = "0.0.0.0", port: Int, state: DashboardState, logger: Logger) {
+    public init(host: String = "127.0.0.1", port: Int, state: DashboardState, logger: Logger) {
         self.host = host
         self.port = port
         self.state = state

@@ -21,7 +21,7 @@ public struct DashboardConfiguration: Sendable {
     public var lagInterval: Duration
 
     public init(kafka: KafkaConfiguration, resultTopic: String = "entitlements.verified",
-                rejectedTopic: String = "appstore.rejected", sinceMillis: Int64? = nil, host: String = "0.0.0.0",
+                rejectedTopic: String = "appstore.rejected", sinceMillis: Int64? = nil, host: String = "127.0.0.1",
                 port: Int = 8080, limits: DashboardAggregator.Limits = .init(), lagInterval: Duration = .seconds(2)) {
         self.kafka = kafka
         self.resultTopic = resultTopic

@@ -1,3 +1,4 @@
+import FleetDevStack
 import FleetKafka
 import Foundation
 

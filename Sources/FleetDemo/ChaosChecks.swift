@@ -132,6 +132,12 @@ struct ChaosChecks {
         // No offset reset, in any incarnation's log.
         let (files, resets) = offsetResetLines()
         check("no_offset_reset", resets.isEmpty, "offset resets: \(resets.count) lines in \(files) process logs" + (resets.first.map { "; first: \($0.prefix(300))" } ?? ""))
+
+        // Consumer stalls are not a failed check (the fleet said so, and the liveness restart healed them), but say them.
+        let stalls = logLines(containing: "consumer_stalled")
+        soak.report.consumer_stalls = stalls.count
+        soak.say("note       consumer stalls: \(stalls.count) reported, \(soak.report.liveness_restarts) liveness restart(s)"
+                 + (stalls.first.map { "; first: \($0.prefix(300))" } ?? ""))
     }
 
     struct Dump: Equatable { var rows: [String] }
@@ -181,6 +187,14 @@ struct ChaosChecks {
 
     /// Log lines of every process that report an offset reset: our own `offset_reset` error, or librdkafka's
     /// "offset reset" line.
+    private func logLines(containing marker: String) -> [String] {
+        let logs = ((try? FileManager.default.contentsOfDirectory(atPath: soak.directory)) ?? []).filter { $0.hasSuffix(".log") }
+        return logs.sorted().flatMap { file -> [String] in
+            guard let text = try? String(contentsOfFile: soak.directory + "/" + file, encoding: .utf8) else { return [] }
+            return text.split(separator: "\n").filter { $0.contains(marker) }.map { "\(file): \($0)" }
+        }
+    }
+
     private func offsetResetLines() -> (files: Int, lines: [String]) {
         let logs = ((try? FileManager.default.contentsOfDirectory(atPath: soak.directory)) ?? []).filter { $0.hasSuffix(".log") }
         var found: [String] = []

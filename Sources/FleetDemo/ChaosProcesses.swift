@@ -1,3 +1,4 @@
+import FleetDevStack
 import FleetOperations
 import Foundation
 
@@ -67,6 +68,11 @@ final class ChaosChild: @unchecked Sendable {
             kill(p.processIdentifier, SIGKILL)
             await waitExit(p, timeout: .seconds(5))
         }
+    }
+
+    /// After a SIGKILL sent elsewhere: waits (at most 5 s) until the process is gone.
+    func waitStopped() async {
+        if let p = process { await waitExit(p, timeout: .seconds(5)) }
     }
 
     private func waitExit(_ p: Process, timeout: Duration) async {

@@ -1,5 +1,7 @@
 import AppStoreVerification
+import FleetDevStack
 import FleetKafka
+import FleetOperations
 import FleetSink
 import FleetTestPKI
 import Foundation
@@ -52,6 +54,10 @@ public final class ChaosSoak: @unchecked Sendable {
         public var faults: [String: Int] = [:]
         public var faults_total = 0
         public var unexpected_exits = 0
+        /// Children restarted because `/healthz` failed (a consumer stall outlasting twice its timeout).
+        public var liveness_restarts = 0
+        /// `consumer_stalled` error lines in the process logs (reported, not a failed check: the fleet said so loudly).
+        public var consumer_stalls = 0
         /// From the end of the traffic and the last fault until every lag was 0.
         public var seconds_to_lag_zero: Double?
         public var total_seconds = 0.0
@@ -173,8 +179,10 @@ public final class ChaosSoak: @unchecked Sendable {
         try DemoTraffic.catalogueYAML.write(toFile: productsPath, atomically: true, encoding: .utf8)
         let bootstrap = cluster.bootstrapServers
         // A SIGKILLed member holds its partitions until its session times out: a short session keeps the soak moving.
+        // A consumer stall (messages waiting, none delivered) is reported after 20 s and fails /healthz 40 s later;
+        // the controller then restarts the process, as Kubernetes' liveness probe would.
         let common = ["--kafka-property", "session.timeout.ms=6000", "--kafka-property", "fetch.wait.max.ms=10",
-                      "--shutdown-deadline-seconds", "10"]
+                      "--shutdown-deadline-seconds", "10", "--stall-timeout-seconds", "20"]
         let t = trafficOptions
         for i in 0..<options.workers {
             workers.append(ChaosChild(name: "worker-\(i + 1)", executable: options.executable, directory: directory) { port in
@@ -303,12 +311,23 @@ public final class ChaosSoak: @unchecked Sendable {
     }
 
     /// A process that died without being killed is reported and started again.
+    /// Restarts children that exited by themselves, and (like a liveness probe) children whose `/healthz` answers
+    /// 503: a consumer stalled far past its timeout.
     private func restartUnexpectedExits() async throws {
         for child in allChildren where !child.isRunning {
             report.unexpected_exits += 1
             let status = child.process?.terminationStatus ?? -1
             let pid = try child.start()
             say("note       \(clock)  \(child.name) exited by itself (status \(status)); restarted as pid \(pid)")
+        }
+        for child in allChildren where child.isRunning {
+            guard let probe = HTTPProbe.get(port: child.port, path: "/healthz"), probe.status == 503 else { continue }
+            report.liveness_restarts += 1
+            let old = child.pid
+            kill(old, SIGKILL)
+            await child.waitStopped()
+            let pid = try child.start()
+            say("note       \(clock)  \(child.name) not live (\(probe.body.split(separator: "\n").prefix(2).joined(separator: "; "))): killed pid \(old), restarted as pid \(pid)")
         }
     }
 

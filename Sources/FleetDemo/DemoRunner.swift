@@ -1,4 +1,5 @@
 import AppStoreVerification
+import FleetDevStack
 import FleetKafka
 import FleetOperations
 import FleetSink
@@ -55,8 +56,8 @@ public final class DemoRunner: @unchecked Sendable {
 
     let options: Options
     let logger: Logger
-    var cluster: EmbeddedKafkaCluster?
-    var postgres: ThrowawayPostgres?
+    public private(set) var cluster: EmbeddedKafkaCluster?
+    public private(set) var postgres: ThrowawayPostgres?
     var children: [(name: String, process: Process, port: Int)] = []
     public private(set) var directory = ""
 
@@ -139,7 +140,7 @@ public final class DemoRunner: @unchecked Sendable {
         say("ready      all processes report /readyz 200")
     }
 
-    var pki: TestPKI?
+    public private(set) var pki: TestPKI?
     var dashboardPort: Int?
     var ingestPort = 0
 
@@ -413,7 +414,7 @@ public final class DemoRunner: @unchecked Sendable {
 
 public struct DemoError: Error, CustomStringConvertible {
     public var description: String
-    init(_ d: String) { description = d }
+    public init(_ d: String) { description = d }
 }
 
 /// A thread-safe counter for delivery callbacks.

@@ -1,4 +1,5 @@
 import FleetKafka
+import NIOCore
 
 /// Everything `fleet ingest` needs, resolved from config file < FLEET_* env < flags by the CLI.
 public struct IngestConfiguration: Sendable {
@@ -30,6 +31,8 @@ public struct IngestConfiguration: Sendable {
     public var apiToken: [UInt8]?
     /// SIGTERM: stop accepting, finish in-flight requests, flush the producer within this deadline.
     public var shutdownDeadline: Duration
+    /// Threads verifying `/v1/transactions` (default: one per core).
+    public var verifierThreads: Int = System.coreCount
 
     public init(
         kafka: KafkaConfiguration, topic: String = "appstore.raw", host: String = "0.0.0.0", port: Int = 8080,
@@ -74,6 +77,7 @@ public struct IngestConfiguration: Sendable {
         guard retryAfterSeconds >= 1 else { throw fail("retry-after-seconds", "\(retryAfterSeconds)", "at least 1") }
         if let apiToken, apiToken.count < 16 { throw fail("api-token-file", "(a token of \(apiToken.count) bytes)", "a token of at least 16 bytes") }
         guard !topic.isEmpty else { throw fail("topic", topic, "a topic name") }
+        guard verifierThreads >= 1 else { throw fail("verifier-threads", "\(verifierThreads)", "at least 1") }
     }
 
     /// The producer configuration actually used: idempotent (acks=all) with the publish deadline as message timeout.

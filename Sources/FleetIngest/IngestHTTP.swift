@@ -1,3 +1,4 @@
+import AppStoreVerification
 import Foundation
 import Hummingbird
 import NIOCore
@@ -15,38 +16,29 @@ enum IngestHTTP {
     }
 
     /// Reads the whole body, refusing (without reading further) at `limit` bytes. When the client has not sent it
-    /// all within `timeout`, the connection is closed (a slow client cannot hold a request slot forever).
+    /// all within `timeout`, the connection is closed (a slow client cannot hold a request slot forever). The
+    /// deadline is a timer on the connection's event loop (no extra task per request).
     static func readBody(_ request: Request, channel: any Channel, limit: Int, timeout: Duration) async -> BodyRead {
         if let declared = request.headers[.contentLength].flatMap({ Int($0) }), declared > limit { return .tooLarge }
-        let body = request.body
-        return await withTaskGroup(of: BodyRead?.self) { group in
-            group.addTask {
-                var out = [UInt8]()
-                do {
-                    for try await chunk in body {
-                        if out.count + chunk.readableBytes > limit { return .tooLarge }
-                        out.append(contentsOf: chunk.readableBytesView)
-                    }
-                    return .body(out)
-                } catch {
-                    return .failed
-                }
-            }
-            group.addTask {
-                do { try await Task.sleep(for: timeout) } catch { return nil }
-                return .timedOut
-            }
-            var result: BodyRead = .failed
-            if let first = await group.next(), let first {
-                result = first
-            }
-            if case .timedOut = result {
-                // The reader is parked on the socket: closing the connection ends it.
-                channel.close(promise: nil)
-            }
-            group.cancelAll()
-            return result
+        let expired = ExpiredFlag()
+        let c = timeout.components
+        let timer = channel.eventLoop.scheduleTask(in: .nanoseconds(c.seconds * 1_000_000_000 + c.attoseconds / 1_000_000_000)) {
+            expired.set()
+            // The reader is parked on the socket: closing the connection ends it.
+            channel.close(promise: nil)
         }
+        defer { timer.cancel() }
+        var out = [UInt8]()
+        do {
+            for try await chunk in request.body {
+                if out.count + chunk.readableBytes > limit { return .tooLarge }
+                if out.isEmpty { out.reserveCapacity(chunk.readableBytes) }
+                out.append(contentsOf: chunk.readableBytesView)
+            }
+        } catch {
+            return expired.isSet ? .timedOut : .failed
+        }
+        return expired.isSet ? .timedOut : .body(out)
     }
 
     /// Above this declared length a refused request's body is not even discarded: the connection is closed.
@@ -68,6 +60,7 @@ enum IngestHTTP {
     /// accepted (some HTTP stacks omit it for JSON); anything else is 415.
     static func isJSON(_ contentType: String?) -> Bool {
         guard let contentType else { return true }
+        if contentType == "application/json" { return true }  // what nearly every client sends
         let media = contentType.split(separator: ";", maxSplits: 1).first.map {
             $0.trimmingCharacters(in: .whitespaces).lowercased()
         } ?? ""
@@ -86,14 +79,19 @@ enum IngestHTTP {
         return diff == 0
     }
 
-    /// A JSON answer. `close` asks for the connection to be closed after it (the rest of an unread body is
-    /// then never read).
-    static func json(_ status: HTTPResponse.Status, _ object: [String: Any], close: Bool = false, retryAfter: Int? = nil, channel: (any Channel)? = nil) -> Response {
-        let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data("{}".utf8)
+    /// A JSON answer (compact, keys sorted). `close` asks for the connection to be closed after it (the rest of an
+    /// unread body is then never read).
+    static func json(_ status: HTTPResponse.Status, _ object: [String: JSONValue], close: Bool = false, retryAfter: Int? = nil, channel: (any Channel)? = nil) -> Response {
+        var bytes = JSONValue.object(object).serializedBytes(sortedKeys: true)
+        bytes.append(UInt8(ascii: "\n"))
+        return json(status, bytes: bytes, close: close, retryAfter: retryAfter, channel: channel)
+    }
+
+    /// A JSON answer from ready bytes.
+    static func json(_ status: HTTPResponse.Status, bytes: [UInt8], close: Bool = false, retryAfter: Int? = nil, channel: (any Channel)? = nil) -> Response {
         var headers: HTTPFields = [.contentType: "application/json"]
         if let retryAfter { headers[.retryAfter] = String(retryAfter) }
-        var buffer = ByteBuffer(bytes: data)
-        buffer.writeInteger(UInt8(ascii: "\n"))
+        let buffer = ByteBuffer(bytes: bytes)
         guard close, let channel else {
             return Response(status: status, headers: headers, body: .init(byteBuffer: buffer))
         }
@@ -108,8 +106,15 @@ enum IngestHTTP {
     }
 
     static func error(_ status: HTTPResponse.Status, reason: String, detail: String, close: Bool = false, retryAfter: Int? = nil, channel: (any Channel)? = nil) -> Response {
-        json(status, ["error": reason, "detail": detail], close: close, retryAfter: retryAfter, channel: channel)
+        json(status, ["error": .string(reason), "detail": .string(detail)], close: close, retryAfter: retryAfter, channel: channel)
     }
+}
+
+/// Set once by a request's body deadline.
+final class ExpiredFlag: Sendable {
+    private let value = Atomic<Bool>(false)
+    func set() { value.store(true, ordering: .relaxed) }
+    var isSet: Bool { value.load(ordering: .relaxed) }
 }
 
 /// Counts requests in flight and refuses beyond the bound.

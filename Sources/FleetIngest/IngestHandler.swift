@@ -8,6 +8,8 @@ import Hummingbird
 import Logging
 import Metrics
 import NIOCore
+import NIOPosix
+import Synchronization
 
 /// The two endpoints. Every answer that says "accepted" (200, and 422 for a rejected transaction) is sent only
 /// after the raw topic's delivery report; when the broker cannot take the input in time the answer is 503.
@@ -21,8 +23,11 @@ struct IngestHandler: Sendable {
 
     let configuration: IngestConfiguration
     let processor: InputProcessor
+    /// Where verification runs (a pool sized to the cores), so it never holds an event loop or a cooperative thread.
+    let verifiers: NIOThreadPool
     let producer: KafkaProducer
     let gate: InFlightGate
+    let metrics = IngestMetrics()
     let logger: Logger
     let onFatal: @Sendable (KafkaError) -> Void
 
@@ -55,11 +60,11 @@ struct IngestHandler: Sendable {
     }
 
     private func count(_ endpoint: Endpoint, _ response: Response) {
-        Counter(label: "fleet_ingest_requests_total", dimensions: [("endpoint", endpoint.rawValue), ("status", String(response.status.code))]).increment()
+        metrics.requests(endpoint, status: response.status.code).increment()
     }
 
     private func bad(_ endpoint: Endpoint, _ reason: String) {
-        Counter(label: "fleet_ingest_bad_requests_total", dimensions: [("endpoint", endpoint.rawValue), ("reason", reason)]).increment()
+        metrics.counter("fleet_ingest_bad_requests_total", ("endpoint", endpoint.rawValue), ("reason", reason)).increment()
     }
 
     func handle(_ endpoint: Endpoint, _ request: Request, _ context: IngestRequestContext) async -> Response {
@@ -67,8 +72,7 @@ struct IngestHandler: Sendable {
         let response = await respond(endpoint, request, context)
         count(endpoint, response)
         let took = (ContinuousClock.now - began).components
-        Metrics.Timer(label: "fleet_ingest_request_duration_seconds", dimensions: [("endpoint", endpoint.rawValue)])
-            .recordNanoseconds(took.seconds * 1_000_000_000 + took.attoseconds / 1_000_000_000)
+        metrics.duration(endpoint).recordNanoseconds(took.seconds * 1_000_000_000 + took.attoseconds / 1_000_000_000)
         return response
     }
 
@@ -128,7 +132,7 @@ struct IngestHandler: Sendable {
                                       headers: [KafkaHeader(key: Self.ingestEndpointHeader, string: Endpoint.notifications.rawValue)])
         switch await publish(message, .notifications) {
         case .success(let report):
-            return IngestHTTP.json(.ok, ["status": "accepted", "partition": Int(report.partition), "offset": Int(report.offset)])
+            return IngestHTTP.json(.ok, bytes: Array("{\"offset\":\(report.offset),\"partition\":\(report.partition),\"status\":\"accepted\"}\n".utf8))
         case .failure(let error):
             return unavailable(error)
         }
@@ -148,40 +152,45 @@ struct IngestHandler: Sendable {
         let message = OutgoingMessage(topic: configuration.topic, key: parsed.key, value: parsed.value, headers: headers)
         // Publish and verify at the same time; answer once both are done.
         async let delivered = publish(message, .transactions)
-        let outcome = processor.process(
-            value: parsed.value, deviceVerificationId: parsed.deviceVerificationId,
-            at: InputCoordinates(topic: configuration.topic, partition: -1, offset: -1))
+        let processor = self.processor, topic = configuration.topic
+        let verdict = try? await verifiers.runIfActive {
+            processor.process(value: parsed.value, deviceVerificationId: parsed.deviceVerificationId,
+                              at: InputCoordinates(topic: topic, partition: -1, offset: -1))
+        }
         let report = await delivered
         if case .failure(let error) = report { return unavailable(error) }
+        guard let outcome = verdict else {
+            // The pool has stopped (shutdown): the input is on the topic, the workers will judge it.
+            return IngestHTTP.error(.serviceUnavailable, reason: "unavailable", detail: "shutting down; retry later",
+                                    retryAfter: configuration.retryAfterSeconds)
+        }
         switch outcome {
         case .events(let events, let kind):
-            Counter(label: "fleet_ingest_verdicts_total", dimensions: [("verdict", "verified"), ("reason", "VERIFIED")]).increment()
+            metrics.counter("fleet_ingest_verdicts_total", ("verdict", "verified"), ("reason", "VERIFIED")).increment()
             return IngestHTTP.json(.ok, Self.verified(events, kind: kind))
         case .rejected(let reason, let detail):
-            Counter(label: "fleet_ingest_verdicts_total", dimensions: [("verdict", "rejected"), ("reason", reason.rawValue)]).increment()
-            return IngestHTTP.json(.unprocessableContent, ["verdict": "rejected", "reason": reason.rawValue, "detail": detail])
+            metrics.counter("fleet_ingest_verdicts_total", ("verdict", "rejected"), ("reason", reason.rawValue)).increment()
+            return IngestHTTP.json(.unprocessableContent, ["verdict": .string("rejected"), "reason": .string(reason.rawValue), "detail": .string(detail)])
         case .retryable(let reason, let detail):
             // Published (the workers verify it once the status is known); no verdict now: the client retries.
-            Counter(label: "fleet_ingest_verdicts_total", dimensions: [("verdict", "retryable"), ("reason", reason.rawValue)]).increment()
+            metrics.counter("fleet_ingest_verdicts_total", ("verdict", "retryable"), ("reason", reason.rawValue)).increment()
             return IngestHTTP.json(
-                .serviceUnavailable, ["verdict": "retryable", "reason": reason.rawValue, "detail": detail],
+                .serviceUnavailable, ["verdict": .string("retryable"), "reason": .string(reason.rawValue), "detail": .string(detail)],
                 retryAfter: configuration.retryAfterSeconds)
         }
     }
 
-    static func verified(_ events: [EntitlementEvent], kind: String) -> [String: Any] {
+    static func verified(_ events: [EntitlementEvent], kind: String) -> [String: JSONValue] {
         var ids: [String] = []
         for e in events { if let t = e.transactionId, !ids.contains(t) { ids.append(t) } }
-        let list: [[String: Any]] = events.map { e in
-            [
-                "kind": e.kind, "effect": e.effect.rawValue, "productId": Self.orNull(e.productId),
-                "entitlement": Self.orNull(e.entitlement), "validUntil": Self.orNull(e.validUntil.map { Int($0) }),
-            ]
+        let list: [JSONValue] = events.map { e in
+            .object([
+                "kind": .string(e.kind), "effect": .string(e.effect.rawValue), "productId": e.productId.map(JSONValue.string) ?? .null,
+                "entitlement": e.entitlement.map(JSONValue.string) ?? .null, "validUntil": e.validUntil.map(JSONValue.integer) ?? .null,
+            ])
         }
-        return ["verdict": "verified", "kind": kind, "transactionIds": ids, "events": list]
+        return ["verdict": .string("verified"), "kind": .string(kind), "transactionIds": .array(ids.map(JSONValue.string)), "events": .array(list)]
     }
-
-    private static func orNull(_ v: Any?) -> Any { v ?? NSNull() }
 
     private func unavailable(_ error: KafkaError) -> Response {
         IngestHTTP.error(.serviceUnavailable, reason: "unavailable",
@@ -192,13 +201,62 @@ struct IngestHandler: Sendable {
     private func publish(_ message: OutgoingMessage, _ endpoint: Endpoint) async -> Result<DeliveryReport, KafkaError> {
         do {
             let report = try await producer.send(message)
-            Counter(label: "fleet_ingest_published_total", dimensions: [("endpoint", endpoint.rawValue)]).increment()
+            metrics.published(endpoint).increment()
             return .success(report)
         } catch {
-            Counter(label: "fleet_ingest_publish_failures_total", dimensions: [("endpoint", endpoint.rawValue), ("error", error.name)]).increment()
+            metrics.counter("fleet_ingest_publish_failures_total", ("endpoint", endpoint.rawValue), ("error", error.name)).increment()
             logger.warning("publish failed", metadata: ["endpoint": "\(endpoint.rawValue)", "error": "\(error)"])
             if error.isFatal { onFatal(error) }
             return .failure(error)
         }
+    }
+}
+
+/// The ingest's metric handles, each made once per label set: making a swift-metrics handle is a registry lookup
+/// under a lock that allocates its label array, so the request path reuses handles instead.
+/// Label values come from finite sets (endpoints, status codes, reason codes, Kafka error names).
+final class IngestMetrics: Sendable {
+    private struct Key: Hashable {
+        var label: String
+        var first: String
+        var second: String
+    }
+
+    private let counters = Mutex<[Key: Counter]>([:])
+    private let byStatus = Mutex<[Int: Counter]>([:])
+    private let publishedByEndpoint: [IngestHandler.Endpoint: Counter]
+    private let durationByEndpoint: [IngestHandler.Endpoint: Metrics.Timer]
+
+    init() {
+        var published: [IngestHandler.Endpoint: Counter] = [:]
+        var duration: [IngestHandler.Endpoint: Metrics.Timer] = [:]
+        for endpoint in [IngestHandler.Endpoint.notifications, .transactions] {
+            published[endpoint] = Counter(label: "fleet_ingest_published_total", dimensions: [("endpoint", endpoint.rawValue)])
+            duration[endpoint] = Metrics.Timer(label: "fleet_ingest_request_duration_seconds", dimensions: [("endpoint", endpoint.rawValue)])
+        }
+        publishedByEndpoint = published
+        durationByEndpoint = duration
+    }
+
+    /// `fleet_ingest_requests_total{endpoint,status}`.
+    func requests(_ endpoint: IngestHandler.Endpoint, status: Int) -> Counter {
+        let key = status * 2 + (endpoint == .notifications ? 0 : 1)
+        if let c = byStatus.withLock({ $0[key] }) { return c }
+        let c = Counter(label: "fleet_ingest_requests_total", dimensions: [("endpoint", endpoint.rawValue), ("status", String(status))])
+        byStatus.withLock { $0[key] = c }
+        return c
+    }
+
+    func published(_ endpoint: IngestHandler.Endpoint) -> Counter { publishedByEndpoint[endpoint]! }
+
+    func duration(_ endpoint: IngestHandler.Endpoint) -> Metrics.Timer { durationByEndpoint[endpoint]! }
+
+    /// A counter with two labels.
+    func counter(_ label: String, _ first: (String, String), _ second: (String, String)) -> Counter {
+        let key = Key(label: label, first: first.1, second: second.1)
+        if let c = counters.withLock({ $0[key] }) { return c }
+        let c = Counter(label: label, dimensions: [first, second])
+        counters.withLock { $0[key] = c }
+        return c
     }
 }

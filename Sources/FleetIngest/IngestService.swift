@@ -5,6 +5,7 @@ import Hummingbird
 import Logging
 import Metrics
 import NIOCore
+import NIOPosix
 import ServiceLifecycle
 import Synchronization
 
@@ -43,8 +44,11 @@ public final class IngestService: Service, Sendable {
         readiness.set(Self.producerCondition, true)
         let fatal = FatalSignal()
         let readiness = self.readiness
+        // `/v1/transactions` verifies here, one thread per core: never on the event loops or the cooperative pool.
+        let verifiers = NIOThreadPool(numberOfThreads: configuration.verifierThreads)
+        verifiers.start()
         let handler = IngestHandler(
-            configuration: configuration, processor: processor, producer: producer,
+            configuration: configuration, processor: processor, verifiers: verifiers, producer: producer,
             gate: InFlightGate(limit: configuration.maxInFlight), logger: logger,
             onFatal: { error in
                 readiness.set(IngestService.producerCondition, false)
@@ -99,6 +103,7 @@ public final class IngestService: Service, Sendable {
             failure = error
         }
         readiness.set(Self.readinessCondition, false)
+        try? await verifiers.shutdownGracefully()
         let pending = producer.inFlight
         let flushed = await producer.flush(deadline: configuration.shutdownDeadline)
         await producer.close(deadline: .seconds(1))

@@ -1,4 +1,3 @@
-import CRdKafka
 import Logging
 
 /// Client configuration shared by producer, consumer and admin.
@@ -45,6 +44,10 @@ public struct KafkaConfiguration: Sendable {
     /// (configurable only from 2.2 as `fetch.queue.backoff.ms`). A consumer that falls behind therefore sees
     /// 1 s gaps; raise `queued.max.messages.kbytes` through `properties` if memory allows.
     public var maxBufferedMessages: Int
+    /// Seconds an owned partition may have messages waiting (high watermark above its position) without delivering
+    /// any, while the application takes what it is given, before the consumer reports a stall (`ConsumerStall`:
+    /// error log, metrics, not ready, and not live after twice as long). 0 turns the watch off.
+    public var stallTimeoutSeconds: Int = 0
 
     public init(
         bootstrapServers: String,
@@ -136,59 +139,4 @@ public struct KafkaConfiguration: Sendable {
     private func overrides() -> [(String, String)] {
         properties.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
     }
-}
-
-// MARK: - librdkafka conf helpers
-
-let librdkafkaLogger = Logger(label: "librdkafka")
-
-private let logCallback: @convention(c) (OpaquePointer?, Int32, UnsafePointer<CChar>?, UnsafePointer<CChar>?) -> Void = {
-    rk, level, facility, buf in
-    let text = buf.map { String(cString: $0) } ?? ""
-    let fac = facility.map { String(cString: $0) } ?? ""
-    // A position reset after an error (out of range): made loud by the consumer (OffsetReset.swift).
-    if fac == "OFFSET", level <= 4, let reset = OffsetReset.parseLibrdkafkaLog(text),
-       let core = ConsumerRegistry.shared.lookup(rk) {
-        core.noteOffsetReset(reset)
-    }
-    let swiftLevel: Logger.Level
-    switch level {
-    case ...3: swiftLevel = .error
-    case 4: swiftLevel = .warning
-    case 5...6: swiftLevel = .info
-    default: swiftLevel = .debug
-    }
-    librdkafkaLogger.log(level: swiftLevel, "\(fac): \(text)")
-}
-
-/// Builds an `rd_kafka_conf_t`. The caller owns the result until it hands it to `rd_kafka_new`.
-func makeConf(_ properties: [(String, String)]) throws(KafkaError) -> OpaquePointer {
-    guard let conf = rd_kafka_conf_new() else { throw .invalidArgument("rd_kafka_conf_new failed") }
-    var errstr = [CChar](repeating: 0, count: 512)
-    for (key, value) in properties {
-        let res = rd_kafka_conf_set(conf, key, value, &errstr, errstr.count)
-        if res != RD_KAFKA_CONF_OK {
-            rd_kafka_conf_destroy(conf)
-            let detail = String(decoding: errstr.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-            let shown = KafkaConfiguration.isSecret(key) ? "<redacted>" : value
-            throw .invalidArgument("librdkafka property \(key)=\(shown): \(detail)")
-        }
-    }
-    rd_kafka_conf_set_log_cb(conf, logCallback)
-    return conf
-}
-
-/// `rd_kafka_new`; takes ownership of `conf` in every case.
-func makeHandle(_ type: rd_kafka_type_t, conf: OpaquePointer) throws(KafkaError) -> OpaquePointer {
-    var errstr = [CChar](repeating: 0, count: 512)
-    guard let rk = rd_kafka_new(type, conf, &errstr, errstr.count) else {
-        rd_kafka_conf_destroy(conf)
-        let detail = String(decoding: errstr.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        throw .invalidArgument("rd_kafka_new failed: \(detail)")
-    }
-    return rk
-}
-
-func errorString(_ buffer: [CChar]) -> String {
-    String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
 }

@@ -1,4 +1,3 @@
-import CRdKafka
 import Foundation
 import Logging
 
@@ -15,42 +14,76 @@ private final class DeliveryBox {
     }
 }
 
-/// Producer state behind one lock.
-private struct ProducerState {
+/// The producer's in-flight accounting, and every decision about it: whether a message may be enqueued now, who is
+/// woken when a report frees a slot, what a fatal error or a close does. Plain Swift (no librdkafka).
+struct ProducerState {
+    let maxInFlight: Int
     var inFlight = 0
     var asyncWaiters: [CheckedContinuation<Void, Never>] = []
     var closed = false
     var fatal: KafkaError?
-    var topics: [String: OpaquePointer] = [:]
+
+    init(maxInFlight: Int) { self.maxInFlight = max(1, maxInFlight) }
+
+    enum Admission: Equatable { case acquired, fail(KafkaError), wait }
+
+    /// A slot for one more message: taken, refused (closed, fatal) or not yet (all `maxInFlight` outstanding).
+    mutating func acquire() -> Admission {
+        if let f = fatal { return .fail(f) }
+        if closed { return .fail(.closed("producer")) }
+        if inFlight < maxInFlight { inFlight += 1; return .acquired }
+        return .wait
+    }
+
+    /// Whether a waiting sender may try again now.
+    var mayProceed: Bool { closed || fatal != nil || inFlight < maxInFlight }
+
+    /// A report (or a failed enqueue) frees a slot: the longest-waiting async sender, if any, is to be resumed.
+    mutating func release() -> CheckedContinuation<Void, Never>? {
+        inFlight -= 1
+        return asyncWaiters.isEmpty ? nil : asyncWaiters.removeFirst()
+    }
+
+    /// A fatal client error: every later send fails with it; every waiter is to be resumed (to see it).
+    mutating func fail(_ error: KafkaError) -> [CheckedContinuation<Void, Never>] {
+        if fatal == nil { fatal = error }
+        defer { asyncWaiters = [] }
+        return asyncWaiters
+    }
+
+    /// Closing: only the first call closes; every waiter is to be resumed (to see it closed).
+    mutating func close() -> (first: Bool, waiters: [CheckedContinuation<Void, Never>]) {
+        guard !closed else { return (false, []) }
+        closed = true
+        defer { asyncWaiters = [] }
+        return (true, asyncWaiters)
+    }
 }
 
-/// Owns the librdkafka producer handle and its poll thread.
-final class ProducerCore: Sendable {
-    let maxInFlight: Int
+/// Owns the librdkafka producer handle and its poll thread. State changes are `ProducerState`'s methods.
+final class ProducerCore: RDKafkaClientOwner {
     fileprivate let state: ConditionLock<ProducerState>
     private let pollStopped = ConditionLock<Bool>(false)
     private let stopPolling = ConditionLock<Bool>(false)
     let logger = Logger(label: "fleet.kafka.producer")
-
-    /// The `rd_kafka_t*`. librdkafka handles are thread-safe (internally locked); the pointer itself never changes.
-    nonisolated(unsafe) private let handle: OpaquePointer
+    /// Thread-safe; destroyed by `close` after the poll thread stopped.
+    private let handle: RDKafkaProducerHandle
 
     init(configuration: KafkaConfiguration) throws(KafkaError) {
-        maxInFlight = max(1, configuration.maxInFlightMessages)
-        state = ConditionLock(ProducerState())
-        let conf = try makeConf(configuration.producerProperties())
-        rd_kafka_conf_set_dr_msg_cb(conf, producerDeliveryCallback)
-        rd_kafka_conf_set_error_cb(conf, producerErrorCallback)
-        handle = try makeHandle(RD_KAFKA_PRODUCER, conf: conf)
-        // C callbacks receive only `rk`: they find this core through a registry keyed by the handle.
-        ProducerRegistry.shared.register(handle, self)
+        state = ConditionLock(ProducerState(maxInFlight: configuration.maxInFlightMessages))
+        let handle = try RDKafkaProducerHandle(properties: configuration.producerProperties())
+        self.handle = handle
+        // C callbacks receive only `rk`: they find this core through the registry.
+        handle.register(self)
         let core = self
-        startThread(name: "fleet-kafka-producer-poll") { core.pollLoop() }
+        startThread(name: "fleet-kafka-producer-poll") { core.pollLoop(handle) }
     }
 
-    private func pollLoop() {
+    var maxInFlight: Int { state.withLock { $0.maxInFlight } }
+
+    private func pollLoop(_ handle: RDKafkaProducerHandle) {
         while !stopPolling.withLock({ $0 }) {
-            rd_kafka_poll(handle, 100)
+            handle.poll(timeoutMilliseconds: 100)
         }
         pollStopped.withLock { $0 = true }
         pollStopped.broadcast()
@@ -60,34 +93,20 @@ final class ProducerCore: Sendable {
 
     /// Blocks the calling thread until a slot is free.
     fileprivate func acquireSlotBlocking() throws(KafkaError) {
-        let result: KafkaError? = state.wait(
-            until: { $0.closed || $0.fatal != nil || $0.inFlight < self.maxInFlight }, timeoutSeconds: nil
-        ) { s, _ in
-            if let f = s.fatal { return f }
-            if s.closed { return .closed("producer") }
-            s.inFlight += 1
-            return nil
-        }
-        if let result { throw result }
+        let result: ProducerState.Admission = state.wait(until: { $0.mayProceed }, timeoutSeconds: nil) { s, _ in s.acquire() }
+        if case .fail(let error) = result { throw error }
     }
 
     /// Suspends (without blocking a thread) until a slot is free.
     fileprivate func acquireSlotAsync() async throws(KafkaError) {
         while true {
-            enum Step { case acquired, fail(KafkaError), wait }
-            let step: Step = state.withLock { s in
-                if let f = s.fatal { return .fail(f) }
-                if s.closed { return .fail(.closed("producer")) }
-                if s.inFlight < maxInFlight { s.inFlight += 1; return .acquired }
-                return .wait
-            }
-            switch step {
+            switch state.withLock({ $0.acquire() }) {
             case .acquired: return
             case .fail(let e): throw e
             case .wait:
                 await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
                     let resumeNow = state.withLock { s -> Bool in
-                        if s.closed || s.fatal != nil || s.inFlight < maxInFlight { return true }
+                        if s.mayProceed { return true }
                         s.asyncWaiters.append(c)
                         return false
                     }
@@ -98,80 +117,28 @@ final class ProducerCore: Sendable {
     }
 
     fileprivate func releaseSlot() {
-        let waiter: CheckedContinuation<Void, Never>? = state.withLock { s in
-            s.inFlight -= 1
+        let waiter = state.withLock { s in
             state.broadcastLocked()
-            return s.asyncWaiters.isEmpty ? nil : s.asyncWaiters.removeFirst()
+            return s.release()
         }
         waiter?.resume()
     }
 
     fileprivate func failAll(_ error: KafkaError) {
-        let waiters = state.withLock { s -> [CheckedContinuation<Void, Never>] in
-            if s.fatal == nil { s.fatal = error }
+        let waiters = state.withLock { s in
             state.broadcastLocked()
-            defer { s.asyncWaiters = [] }
-            return s.asyncWaiters
+            return s.fail(error)
         }
         waiters.forEach { $0.resume() }
     }
 
-    private func topicHandle(_ name: String) throws(KafkaError) -> OpaquePointer {
-        let result: OpaquePointer? = state.withLock { s in
-            if let t = s.topics[name] { return t }
-            guard let t = rd_kafka_topic_new(handle, name, nil) else { return nil }
-            s.topics[name] = t
-            return t
-        }
-        guard let result else { throw .invalidArgument("invalid topic name '\(name)'") }
-        return result
-    }
-
-    /// Hands the message to librdkafka. The slot must already be held; it is released on failure here or in the
-    /// delivery callback otherwise. Returns `.queueFull` when librdkafka's own queue is full (slot kept).
+    /// Hands the message to librdkafka. The slot must already be held; it is released on failure here or by the
+    /// delivery report otherwise. Returns `.queueFull` when librdkafka's own queue is full (slot kept).
     fileprivate func produce(_ message: OutgoingMessage, completion: @escaping DeliveryCompletion) -> KafkaError? {
-        let rkt: OpaquePointer
-        do { rkt = try topicHandle(message.topic) } catch { return error }
         let box = Unmanaged.passRetained(DeliveryBox(topic: message.topic, completion: completion))
-        var headers: OpaquePointer? = nil
-        if !message.headers.isEmpty {
-            headers = rd_kafka_headers_new(message.headers.count)
-            for h in message.headers {
-                h.value.withUnsafeBytes { v in
-                    _ = rd_kafka_header_add(headers, h.key, -1, v.baseAddress, v.count)
-                }
-            }
-        }
-        let error: OpaquePointer? = message.value.withUnsafeBytes { value in
-            withOptionalBytes(message.key) { key in
-                // Stack-allocated argument vector (no heap allocation per message).
-                withUnsafeTemporaryAllocation(of: rd_kafka_vu_t.self, capacity: 7) { vus in
-                    vus.initialize(repeating: rd_kafka_vu_t())
-                    var n = 0
-                    vus[n].vtype = RD_KAFKA_VTYPE_RKT; vus[n].u.rkt = rkt; n += 1
-                    vus[n].vtype = RD_KAFKA_VTYPE_PARTITION; vus[n].u.i32 = message.partition ?? RD_KAFKA_PARTITION_UA; n += 1
-                    vus[n].vtype = RD_KAFKA_VTYPE_MSGFLAGS; vus[n].u.i = RD_KAFKA_MSG_F_COPY; n += 1
-                    vus[n].vtype = RD_KAFKA_VTYPE_VALUE
-                    vus[n].u.mem.ptr = value.baseAddress.map { UnsafeMutableRawPointer(mutating: $0) }
-                    vus[n].u.mem.size = value.count; n += 1
-                    if let key {
-                        vus[n].vtype = RD_KAFKA_VTYPE_KEY
-                        vus[n].u.mem.ptr = key.baseAddress.map { UnsafeMutableRawPointer(mutating: $0) }
-                        vus[n].u.mem.size = key.count; n += 1
-                    }
-                    vus[n].vtype = RD_KAFKA_VTYPE_OPAQUE; vus[n].u.ptr = box.toOpaque(); n += 1
-                    if let headers { vus[n].vtype = RD_KAFKA_VTYPE_HEADERS; vus[n].u.headers = headers; n += 1 }
-                    return rd_kafka_produceva(handle, vus.baseAddress, n)
-                }
-            }
-        }
-        if let error {
-            // Not enqueued: we still own the box and the headers.
-            box.release()
-            if let headers { rd_kafka_headers_destroy(headers) }
-            return KafkaError(consuming: error)
-        }
-        return nil
+        guard let error = handle.produce(message, opaque: box.toOpaque()) else { return nil }
+        box.release()  // not enqueued: no report will come
+        return error
     }
 
     func enqueueBlocking(_ message: OutgoingMessage, completion: @escaping DeliveryCompletion) throws(KafkaError) {
@@ -205,100 +172,42 @@ final class ProducerCore: Sendable {
 
     func flush(timeout: Duration) -> Bool {
         let ms = Int32(clamping: timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
-        let err = rd_kafka_flush(handle, ms)
-        return err == RD_KAFKA_RESP_ERR_NO_ERROR && inFlight == 0
+        return handle.flush(timeoutMilliseconds: ms) && inFlight == 0
     }
 
     /// Flushes up to `timeout`, fails what is left with `_PURGE_QUEUE`/`_PURGE_INFLIGHT` errors, stops the poll thread
     /// and destroys the handle. Idempotent.
     func close(timeout: Duration) {
-        let first = state.withLock { s -> Bool in
-            if s.closed { return false }
-            s.closed = true
+        let (first, waiters) = state.withLock { s in
             state.broadcastLocked()
-            return true
+            return s.close()
         }
         guard first else { return }
-        let waiters = state.withLock { s -> [CheckedContinuation<Void, Never>] in
-            defer { s.asyncWaiters = [] }
-            return s.asyncWaiters
-        }
         waiters.forEach { $0.resume() }
         _ = flush(timeout: timeout)
-        rd_kafka_purge(handle, Int32(RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT))
-        // Serve the purge delivery reports so every caller gets its completion.
-        _ = rd_kafka_flush(handle, 1_000)
+        // Serves the purge delivery reports so every caller gets its completion.
+        handle.purgeAll()
         stopPolling.withLock { $0 = true }
         pollStopped.wait(until: { $0 }, timeoutSeconds: nil) { _, _ in }
-        let topics = state.withLock { s -> [OpaquePointer] in
-            defer { s.topics = [:] }
-            return Array(s.topics.values)
-        }
-        topics.forEach { rd_kafka_topic_destroy($0) }
-        ProducerRegistry.shared.unregister(handle)
-        rd_kafka_destroy(handle)
+        handle.destroy()
     }
 
-    fileprivate func deliver(_ rkmessage: UnsafePointer<rd_kafka_message_t>) {
-        let m = rkmessage.pointee
-        guard let opaque = m._private else { return }
+    // MARK: librdkafka callbacks (RDKafkaClientOwner)
+
+    func delivered(_ opaque: UnsafeMutableRawPointer, _ result: Result<(partition: Int32, offset: Int64), KafkaError>) {
         let box = Unmanaged<DeliveryBox>.fromOpaque(opaque).takeRetainedValue()
         releaseSlot()
-        if m.err == RD_KAFKA_RESP_ERR_NO_ERROR {
-            box.completion(.success(DeliveryReport(topic: box.topic, partition: m.partition, offset: m.offset)))
-        } else {
-            var isFatal = false
-            var message = String(cString: rd_kafka_err2str(m.err))
-            if m.err == RD_KAFKA_RESP_ERR__FATAL {
-                var buf = [CChar](repeating: 0, count: 512)
-                let code = rd_kafka_fatal_error(handle, &buf, buf.count)
-                message = "fatal \(String(cString: rd_kafka_err2name(code))): \(errorString(buf))"
-                isFatal = true
-            }
-            box.completion(.failure(KafkaError(m.err, message: message, isFatal: isFatal)))
-        }
+        box.completion(result.map { DeliveryReport(topic: box.topic, partition: $0.partition, offset: $0.offset) })
     }
 
-    fileprivate func onError(code: Int32, reason: String) {
-        if code == RD_KAFKA_RESP_ERR__FATAL.rawValue {
-            var buf = [CChar](repeating: 0, count: 512)
-            let orig = rd_kafka_fatal_error(handle, &buf, buf.count)
-            let error = KafkaError(orig, message: "fatal: \(errorString(buf))", isFatal: true)
+    func clientError(_ error: KafkaError) {
+        if error.isFatal {
             logger.error("producer fatal error", metadata: ["error": "\(error)"])
             failAll(error)
         } else {
-            logger.warning("producer error", metadata: ["code": "\(code)", "reason": "\(reason)"])
+            logger.warning("producer error", metadata: ["code": "\(error.code)", "reason": "\(error.message)"])
         }
     }
-}
-
-private func withOptionalBytes<R>(_ bytes: [UInt8]?, _ body: (UnsafeRawBufferPointer?) -> R) -> R {
-    guard let bytes else { return body(nil) }
-    return bytes.withUnsafeBytes { body($0) }
-}
-
-/// Maps producer handles to their cores for the C callbacks (which only receive `rk`).
-final class ProducerRegistry: Sendable {
-    static let shared = ProducerRegistry()
-    private let map = ConditionLock<[UInt: ProducerCore]>([:])
-    func register(_ rk: OpaquePointer, _ core: ProducerCore) { map.withLock { $0[UInt(bitPattern: rk)] = core } }
-    func unregister(_ rk: OpaquePointer) { _ = map.withLock { $0.removeValue(forKey: UInt(bitPattern: rk)) } }
-    func lookup(_ rk: OpaquePointer?) -> ProducerCore? {
-        guard let rk else { return nil }
-        return map.withLock { $0[UInt(bitPattern: rk)] }
-    }
-}
-
-private let producerDeliveryCallback: @convention(c) (OpaquePointer?, UnsafePointer<rd_kafka_message_t>?, UnsafeMutableRawPointer?) -> Void = {
-    rk, rkmessage, _ in
-    guard let rkmessage, let core = ProducerRegistry.shared.lookup(rk) else { return }
-    core.deliver(rkmessage)
-}
-
-private let producerErrorCallback: @convention(c) (OpaquePointer?, Int32, UnsafePointer<CChar>?, UnsafeMutableRawPointer?) -> Void = {
-    rk, err, reason, _ in
-    guard let core = ProducerRegistry.shared.lookup(rk) else { return }
-    core.onError(code: err, reason: reason.map { String(cString: $0) } ?? "")
 }
 
 /// An idempotent (by default) Kafka producer.

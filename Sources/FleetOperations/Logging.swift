@@ -73,3 +73,13 @@ public struct JSONLogHandler: LogHandler {
         return out + "\""
     }
 }
+
+/// One line to stdout (unbuffered: a command's result lines interleave correctly with its child processes' output).
+public func writeStdout(_ line: String) {
+    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+}
+
+/// One line to stderr.
+public func writeStderr(_ line: String) {
+    FileHandle.standardError.write(Data((line + "\n").utf8))
+}

@@ -36,6 +36,7 @@ public enum FleetMetrics {
 public final class Readiness: Sendable {
     private let conditions = Mutex<[String: Bool]>([:])
     private let detailSources = Mutex<[@Sendable () -> [String]]>([])
+    private let livenessChecks = Mutex<[(name: String, check: @Sendable () -> Bool)]>([])
     private let gauge = Gauge(label: "fleet_ready")
 
     public init() { gauge.record(0) }
@@ -63,6 +64,17 @@ public final class Readiness: Sendable {
         detailSources.withLock { $0 }.flatMap { $0() }
     }
 
+    /// Adds a liveness check: `/healthz` answers 503 naming it while it returns false (e.g. a consumer stalled far
+    /// past its timeout), so that an orchestrator restarts the process.
+    public func addLivenessCheck(_ name: String, _ check: @escaping @Sendable () -> Bool) {
+        livenessChecks.withLock { $0.append((name, check)) }
+    }
+
+    /// Names of the liveness checks that fail now (empty: live).
+    public var notLive: [String] {
+        livenessChecks.withLock { $0 }.filter { !$0.check() }.map(\.name)
+    }
+
     /// Names of the conditions that are false, for `/readyz` bodies and logs.
     public var failing: [String] {
         conditions.withLock { c in c.filter { !$0.value }.map(\.key).sorted() }
@@ -76,7 +88,7 @@ public struct OperationsServer: Service {
     public let readiness: Readiness
     private let logger: Logger
 
-    public init(host: String = "0.0.0.0", port: Int, readiness: Readiness, logger: Logger) {
+    public init(host: String = "127.0.0.1", port: Int, readiness: Readiness, logger: Logger) {
         self.host = host
         self.port = port
         self.readiness = readiness
@@ -98,7 +110,10 @@ public struct OperationsServer: Service {
             )
         }
         router.get("/healthz") { _, _ -> Response in
-            Response(status: .ok, body: .init(byteBuffer: ByteBuffer(string: "ok\n")))
+            let failing = readiness.notLive
+            if failing.isEmpty { return Response(status: .ok, body: .init(byteBuffer: ByteBuffer(string: "ok\n"))) }
+            let text = "not live: " + failing.joined(separator: ", ") + "\n" + readiness.details.map { $0 + "\n" }.joined()
+            return Response(status: .serviceUnavailable, body: .init(byteBuffer: ByteBuffer(string: text)))
         }
         router.get("/readyz") { _, _ -> Response in
             let details = readiness.details.map { $0 + "\n" }.joined()

@@ -26,7 +26,7 @@ public struct ApplyOutcome: Sendable, Equatable {
 /// `ColumnBinds.rows`), idempotent by
 /// eventId, notificationUUID and (environment, transactionId[, signedDate]).
 ///
-/// Ordering (entitlement-mapping.md, "Ordering and idempotency"): within a batch events are applied in signedDate
+/// Ordering (docs/entitlement-mapping.md, "Ordering and idempotency"): within a batch events are applied in signedDate
 /// order; an event signed before what an entitlement last applied is recorded as `stale` and changes nothing.
 /// The state machine runs in Swift over the current rows read under per-key advisory locks (so two sinks working on
 /// the same subject serialize), then the resulting rows are written set-based.

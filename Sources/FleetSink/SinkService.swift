@@ -127,6 +127,7 @@ public final class SinkService: Service, Sendable {
     public func run() async throws {
         var connection: PostgresConnection?
         var lastProbe = ContinuousClock.now
+        var lastConnectWarning = ContinuousClock.now - .seconds(60)
         var prefetched: Task<([SinkRecord], DecodedBatch), any Error>?
         defer {
             prefetched?.cancel()
@@ -136,7 +137,15 @@ public final class SinkService: Service, Sendable {
             while !Task.isCancelled && !Task.isShuttingDownGracefully {
                 if connection == nil {
                     // Connect eagerly so that readiness reflects the database even when the topic is idle.
-                    connection = try? await connect()
+                    do {
+                        connection = try await connect()
+                    } catch {
+                        if ContinuousClock.now - lastConnectWarning > .seconds(10) {
+                            lastConnectWarning = .now
+                            logger.warning("database connect failed", metadata: ["error": "\(Self.brief(error))"])
+                        }
+                        connection = nil
+                    }
                     setDatabaseReady(connection != nil)
                 }
                 let records: [SinkRecord]
@@ -153,7 +162,10 @@ public final class SinkService: Service, Sendable {
                     if let live = connection, ContinuousClock.now - lastProbe > .seconds(1) {
                         lastProbe = ContinuousClock.now
                         do {
-                            try await live.query("SELECT 1", logger: logger)
+                            // Bounded like a batch: a probe sent just as PostgreSQL shut down once never completed and
+                            // held the sink (ready, idle, lag growing) until the stall watch had it restarted.
+                            let logger = self.logger
+                            _ = try await guarded(live) { try await live.query("SELECT 1", logger: logger) }
                         } catch {
                             logger.warning("database probe failed", metadata: ["error": "\(Self.brief(error))"])
                             try? await live.close()
@@ -261,18 +273,9 @@ public final class SinkService: Service, Sendable {
 
     public static func decode(_ record: SinkRecord) -> Result<EntitlementEvent, DecodeFailure> {
         // The domain's own decoder (the inverse of what the workers write), several times faster than JSONDecoder.
-        let event: EntitlementEvent
-        do {
-            event = try EntitlementEvent(jsonBytes: record.value)
-        } catch {
-            let reason: SinkRejection = error.reason.hasPrefix("unsupported schema") ? .unsupportedSchema : .undecodable
-            return .failure(DecodeFailure(reason: reason, detail: error.reason))
+        EntitlementEvent.decodeForSink(record.value).mapError { failure in
+            DecodeFailure(reason: SinkRejection(rawValue: failure.reason) ?? .undecodable, detail: failure.detail)
         }
-        for (name, value) in [("eventId", event.eventId), ("kind", event.kind), ("environment", event.environment)]
-        where value.isEmpty {
-            return .failure(DecodeFailure(reason: .invalidEvent, detail: "\(name) is empty"))
-        }
-        return .success(event)
     }
 
     /// Applies the batch in one transaction, retrying with backoff while the database is unavailable (reconnecting
@@ -315,22 +318,9 @@ public final class SinkService: Service, Sendable {
     ) async throws -> T {
         let limit = configuration.batchTimeout
         let logger = self.logger
-        let race = Race<T>()
-        return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
-            race.start(continuation)
-            let timer = Task {
-                do { try await Task.sleep(for: limit) } catch { return }  // cancelled: the body finished
-                if race.finish(.failure(BatchTimedOut(limit: limit))) {
-                    logger.error("batch timed out; closing the database connection", metadata: ["limit": "\(limit)"])
-                    try? await connection.close()
-                }
-            }
-            Task {
-                let result: Result<T, any Error>
-                do { result = .success(try await body()) } catch { result = .failure(error) }
-                race.finish(result)
-                timer.cancel()
-            }
+        return try await Race<T>.run(within: limit, timedOut: BatchTimedOut(limit: limit), body: body) {
+            logger.error("batch timed out; closing the database connection", metadata: ["limit": "\(limit)"])
+            try? await connection.close()
         }
     }
 
@@ -394,7 +384,25 @@ public final class SinkService: Service, Sendable {
         }
     }
 
+    struct ConnectTimedOut: Error, CustomStringConvertible {
+        var limit: Duration
+        var description: String { "connecting to the database (and reading its schema version) did not finish within \(limit)" }
+    }
+
+    /// Connects and checks the schema, within `configuration.batchTimeout`: like a batch, a connection attempt must
+    /// never wedge the sink. (A sink restarted just before a PostgreSQL restart in the chaos soak stayed ready with
+    /// no socket, no batch and no retry; a connect that never completed is the one await that could hold it.)
+    /// A connection that completes after the deadline is closed.
     private func connect() async throws -> PostgresConnection {
+        let limit = configuration.batchTimeout
+        let logger = self.logger
+        return try await Race<PostgresConnection>.run(
+            within: limit, timedOut: ConnectTimedOut(limit: limit), body: { try await self.connectAndCheck() },
+            onTimeout: { logger.error("database connect timed out", metadata: ["limit": "\(limit)"]) },
+            lateSuccess: { late in try? await late.close() })
+    }
+
+    private func connectAndCheck() async throws -> PostgresConnection {
         let connection = try await PostgresConnection.connect(
             configuration: try configuration.databaseURL.connectionConfiguration(), id: 1, logger: logger)
         do {
@@ -484,6 +492,29 @@ extension Duration {
 
 /// Resumes a continuation with whichever result comes first.
 final class Race<T: Sendable>: Sendable {
+    /// Runs `body` against a deadline: the first of the two to finish decides. On timeout `timedOut` is thrown and
+    /// `onTimeout` runs; the body is not awaited further (a call stuck on a dead socket must not hold the caller), and
+    /// a result it delivers late goes to `lateSuccess` (e.g. to close a connection nobody will use).
+    static func run(
+        within limit: Duration, timedOut: any Error, body: @escaping @Sendable () async throws -> T,
+        onTimeout: @escaping @Sendable () async -> Void, lateSuccess: @escaping @Sendable (T) async -> Void = { _ in }
+    ) async throws -> T {
+        let race = Race<T>()
+        return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
+            race.start(continuation)
+            let timer = Task {
+                do { try await Task.sleep(for: limit) } catch { return }  // cancelled: the body finished
+                if race.finish(.failure(timedOut)) { await onTimeout() }
+            }
+            Task {
+                let result: Result<T, any Error>
+                do { result = .success(try await body()) } catch { result = .failure(error) }
+                if !race.finish(result), case .success(let late) = result { await lateSuccess(late) }
+                timer.cancel()
+            }
+        }
+    }
+
     private let state = Mutex<(CheckedContinuation<T, any Error>?, Bool)>((nil, false))
 
     func start(_ continuation: CheckedContinuation<T, any Error>) {

@@ -68,6 +68,7 @@ public struct TestPKI: Sendable {
             extensions: try Certificate.Extensions([
                 try Certificate.Extension(BasicConstraints.isCertificateAuthority(maxPathLength: nil), critical: true),
                 try Certificate.Extension(KeyUsage(keyCertSign: true, cRLSign: true), critical: true),
+                try Certificate.Extension(SubjectKeyIdentifier(hash: .init(rootKey.publicKey)), critical: false),
             ]),
             issuerPrivateKey: .init(rootKey))
         try self.init(rootKey: rootKey, root: root, options: options)
@@ -85,6 +86,10 @@ public struct TestPKI: Sendable {
                 options.intermediateIsCA ? KeyUsage(keyCertSign: true, cRLSign: true) : KeyUsage(digitalSignature: true),
                 critical: true),
         ]
+        // Key identifiers as Apple's certificates carry them (OpenSSL's strict mode, used by Apple's own libraries,
+        // requires them).
+        exts.append(try Certificate.Extension(SubjectKeyIdentifier(hash: .init(intermediateKey.publicKey)), critical: false))
+        exts.append(try Certificate.Extension(Self.authorityKeyIdentifier(root), critical: false))
         if options.intermediateAppleOID {
             exts.append(Certificate.Extension(oid: Self.appleIntermediateOID, critical: false, value: [0x05, 0x00]))
         }
@@ -108,6 +113,7 @@ public struct TestPKI: Sendable {
             try Certificate.Extension(BasicConstraints.notCertificateAuthority, critical: false),
             try Certificate.Extension(KeyUsage(digitalSignature: true), critical: true),
         ]
+        exts.append(try Certificate.Extension(Self.authorityKeyIdentifier(intermediate), critical: false))
         if options.leafAppleOID {
             exts.append(Certificate.Extension(oid: Self.appleLeafOID, critical: false, value: [0x05, 0x00]))
         }
@@ -131,6 +137,12 @@ public struct TestPKI: Sendable {
         try Certificate.Extension(
             AuthorityInformationAccess([.init(method: .ocspServer, location: .uniformResourceIdentifier(url))]),
             critical: false)
+    }
+
+    /// The issuer's subject key identifier as an authority key identifier (hash of its key when it has none).
+    static func authorityKeyIdentifier(_ issuer: Certificate) -> AuthorityKeyIdentifier {
+        let ski = (try? issuer.extensions.subjectKeyIdentifier) ?? SubjectKeyIdentifier(hash: issuer.publicKey)
+        return AuthorityKeyIdentifier(keyIdentifier: ski.keyIdentifier)
     }
 
     static func serial() -> Certificate.SerialNumber {

@@ -1,5 +1,6 @@
 import ArgumentParser
 import FleetDemo
+import FleetDevStack
 import FleetOperations
 import Foundation
 

@@ -1,7 +1,8 @@
 import ArgumentParser
+import FleetBenchmarks
 import FleetDemo
+import FleetDevStack
 import FleetOperations
-import FleetTestPKI
 import Foundation
 
 /// `fleet bench pipeline`: end-to-end events/s and latency of the demo stack, beside the verify-only reference.

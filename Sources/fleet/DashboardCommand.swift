@@ -31,6 +31,9 @@ struct Dashboard: AsyncParsableCommand {
     @Option(help: "HTTP port for the page, /api/summary, /healthz, /readyz and /metrics (default: 8080).")
     var port: Int?
 
+    @Option(help: "Address that port binds to (default: 127.0.0.1; the Helm chart sets 0.0.0.0).")
+    var host: String?
+
     @Flag(help: "Read from the beginning of the topics (the default: the dashboard stores no position).")
     var fromBeginning = false
 
@@ -78,7 +81,7 @@ struct Dashboard: AsyncParsableCommand {
                 kafka: kafka,
                 resultTopic: settings.string("result-topic", flag: resultTopic, default: "entitlements.verified")!,
                 rejectedTopic: settings.string("rejected-topic", flag: rejectedTopic, default: "appstore.rejected")!,
-                sinceMillis: sinceMillis, port: port)
+                sinceMillis: sinceMillis, host: settings.string("host", flag: host, default: "127.0.0.1")!, port: port)
         } catch {
             throw ValidationError("\(error)")
         }
@@ -86,7 +89,7 @@ struct Dashboard: AsyncParsableCommand {
         let state = DashboardState(limits: config.limits, sinceMillis: config.sinceMillis)
         let service = DashboardService(configuration: config, state: state, logger: logger)
         let server = DashboardServer(host: config.host, port: config.port, state: state, logger: logger)
-        logger.info("dashboard listening", metadata: ["url": "http://localhost:\(config.port)/"])
+        logger.info("dashboard listening", metadata: ["url": "http://\(config.host == "0.0.0.0" ? "localhost" : config.host):\(config.port)/", "host": "\(config.host)"])
         let group = ServiceGroup(configuration: .init(
             services: [
                 .init(service: service, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup),

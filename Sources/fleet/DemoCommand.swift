@@ -1,4 +1,5 @@
 import ArgumentParser
+import FleetDevStack
 import FleetDemo
 import FleetOperations
 import Foundation
@@ -52,10 +53,4 @@ struct Demo: AsyncParsableCommand {
             throw ExitCode(1)
         }
     }
-}
-
-/// The path of this `fleet` binary, so that child processes run the same build.
-func currentExecutable() -> String {
-    if let path = Bundle.main.executablePath { return path }
-    return URL(fileURLWithPath: CommandLine.arguments[0]).standardizedFileURL.path
 }

@@ -34,7 +34,7 @@ struct Ingest: AsyncParsableCommand {
     @Option(help: "Raw topic to publish to (default appstore.raw).")
     var topic: String?
 
-    @Option(help: "Address to listen on (default 0.0.0.0).")
+    @Option(help: "Address the HTTP endpoints listen on (default 0.0.0.0: Apple and the apps must reach them).")
     var host: String?
 
     @Option(help: "HTTP port of the endpoints (default 8080).")
@@ -70,6 +70,9 @@ struct Ingest: AsyncParsableCommand {
     @Option(help: "Port for /metrics, /healthz and /readyz (default 9092).")
     var metricsPort: Int?
 
+    @Option(help: "Address the operations port binds to (default 127.0.0.1; the Helm chart sets 0.0.0.0).")
+    var metricsHost: String?
+
     @Option(help: "Seconds allowed for a graceful shutdown after SIGTERM (default 25).")
     var shutdownDeadlineSeconds: Int?
 
@@ -96,6 +99,7 @@ struct Ingest: AsyncParsableCommand {
         let resolved: IngestConfiguration
         let processor: InputProcessor
         let opsPort: Int
+        let opsHost = settings.string("metrics-host", flag: metricsHost, default: "127.0.0.1")!
         do {
             resolved = try resolve(settings)
             processor = try resolveProcessor(settings, worker: workerSettings)
@@ -107,7 +111,7 @@ struct Ingest: AsyncParsableCommand {
         FleetMetrics.bootstrap()
         let readiness = Readiness()
         let ingest = try IngestService(configuration: resolved, processor: processor, readiness: readiness, logger: logger)
-        let ops = OperationsServer(port: opsPort, readiness: readiness, logger: logger)
+        let ops = OperationsServer(host: opsHost, port: opsPort, readiness: readiness, logger: logger)
         let group = ServiceGroup(configuration: .init(
             services: [
                 .init(service: ingest, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup),
@@ -160,7 +164,11 @@ struct Ingest: AsyncParsableCommand {
             validationTime: string("validation-time", verification.validationTime) ?? "signed-date", bundleId: bundle,
             appAppleId: try s.optionalInt64("app-apple-id", flag: verification.appAppleId) ?? w.optionalInt64("app-apple-id", flag: nil),
             allowUnsignedEnvironments: try s.bool("allow-unsigned-environments", flag: verification.allowUnsignedEnvironments)
-                || w.bool("allow-unsigned-environments", flag: false))
+                || w.bool("allow-unsigned-environments", flag: false),
+            maxReceiptBytes: try s.int(
+                "max-receipt-bytes", flag: verification.maxReceiptBytes,
+                default: try w.int("max-receipt-bytes", flag: nil, default: VerificationPolicy.defaultMaxReceiptBytes)),
+            trustedIntermediatePaths: strings("trusted-intermediate", verification.trustedIntermediates))
         var catalogue = ProductCatalogue()
         if let path = string("products", verification.products) { catalogue = try ProductCatalogue.load(path: path) }
         let requireKnown = try s.bool("require-known-products", flag: verification.requireKnownProducts)

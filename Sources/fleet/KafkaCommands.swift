@@ -1,5 +1,7 @@
 import ArgumentParser
+import FleetDevStack
 import FleetKafka
+import FleetOperations
 import Foundation
 import Synchronization
 
@@ -61,14 +63,6 @@ final class TerminationSignal {
         func set() { state.withLock { $0 = true } }
         var value: Bool { state.withLock { $0 } }
     }
-}
-
-func writeStdout(_ line: String) {
-    FileHandle.standardOutput.write(Data((line + "\n").utf8))
-}
-
-func writeStderr(_ line: String) {
-    FileHandle.standardError.write(Data((line + "\n").utf8))
 }
 
 // MARK: - fleet dev-kafka

@@ -6,19 +6,16 @@ import Foundation
 import Logging
 
 /// The verification policy from its settings, shared by `fleet worker` and `fleet ingest` (one policy for both): the
-/// roots (DER or PEM files), accepted environments (default Production), validation time, bundle id, app id.
+/// roots (DER or PEM files), accepted environments (default Production), validation time, bundle id, app id, the
+/// legacy receipt size bound and the extra trusted intermediates (StoreKit 1 transaction receipts).
 func verificationPolicy(
     rootPaths: [String], environments: [String], validationTime: String, bundleId: String, appAppleId: Int64?,
-    allowUnsignedEnvironments: Bool
+    allowUnsignedEnvironments: Bool, maxReceiptBytes: Int = VerificationPolicy.defaultMaxReceiptBytes,
+    trustedIntermediatePaths: [String] = []
 ) throws -> VerificationPolicy {
     guard !rootPaths.isEmpty else { throw FleetSettings.Error.missing(key: "root-certificate") }
-    var roots: [TrustedRoot] = []
-    for path in rootPaths {
-        guard let data = FileManager.default.contents(atPath: path) else {
-            throw FleetSettings.Error.invalidValue(key: "root-certificate", value: path, expected: "a readable DER or PEM file")
-        }
-        roots += try TrustedRoot.load(derOrPEM: Array(data))
-    }
+    let roots = try loadCertificates(rootPaths, key: "root-certificate")
+    let intermediates = try loadCertificates(trustedIntermediatePaths, key: "trusted-intermediate")
     var envs = Set<AppStoreVerification.Environment>()
     for name in environments.isEmpty ? ["Production"] : environments {
         guard let e = AppStoreVerification.Environment(parsing: name) else {
@@ -31,7 +28,20 @@ func verificationPolicy(
     }
     return try VerificationPolicy(
         roots: roots, bundleId: bundleId, appAppleId: appAppleId, environments: envs, validationTime: time,
-        allowUnsignedEnvironments: allowUnsignedEnvironments)
+        allowUnsignedEnvironments: allowUnsignedEnvironments, maxReceiptBytes: maxReceiptBytes,
+        trustedIntermediates: intermediates)
+}
+
+/// Certificates from DER or PEM files (every PEM block counts).
+func loadCertificates(_ paths: [String], key: String) throws -> [TrustedRoot] {
+    var certificates: [TrustedRoot] = []
+    for path in paths {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw FleetSettings.Error.invalidValue(key: key, value: path, expected: "a readable DER or PEM file")
+        }
+        certificates += try TrustedRoot.load(derOrPEM: Array(data))
+    }
+    return certificates
 }
 
 /// The verification flags of `fleet worker` and `fleet ingest` (one policy for both; the same keys in the config file).
@@ -59,6 +69,14 @@ struct VerificationOptions: ParsableArguments {
 
     @Flag(help: "Development only: accept Xcode/LocalTesting data, which is not signed by Apple.")
     var allowUnsignedEnvironments = false
+
+    @Option(help: "Size bound of a legacy App Store receipt, bytes (default 1048576; JWS keep 65536).")
+    var maxReceiptBytes: Int?
+
+    @Option(
+        name: .customLong("trusted-intermediate"),
+        help: "Extra trusted intermediate certificate, DER or PEM (repeatable): \"Apple iTunes Store Certification Authority\" verifies StoreKit 1 transaction receipts.")
+    var trustedIntermediates: [String] = []
 
     @OptionGroup var revocation: RevocationOptions
 }

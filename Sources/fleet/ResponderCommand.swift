@@ -33,6 +33,7 @@ struct Responder: AsyncParsableCommand {
     @Flag(help: "The app offers a free sample or trial (sampleContentProvided).") var sampleContentProvided = false
     @Option(help: "Seconds before a retryable failure is tried again (default 60).") var retryIntervalSeconds: Int?
     @Option(help: "Port for /metrics, /healthz and /readyz (default 9093).") var metricsPort: Int?
+    @Option(help: "Address the operations port binds to (default 127.0.0.1).") var metricsHost: String?
     @Option(help: "Log level (default info).") var logLevel: String?
     @Option(help: "Log format: json or text (default json).") var logFormat: String?
 
@@ -76,7 +77,8 @@ struct Responder: AsyncParsableCommand {
         let group = ServiceGroup(configuration: .init(
             services: [
                 .init(service: responder, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup),
-                .init(service: OperationsServer(port: port, readiness: readiness, logger: logger)),
+                .init(service: OperationsServer(host: s.string("metrics-host", flag: metricsHost, default: "127.0.0.1")!,
+                                                port: port, readiness: readiness, logger: logger)),
             ],
             gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         try await group.run()

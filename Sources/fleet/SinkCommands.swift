@@ -113,11 +113,12 @@ struct Sink: AsyncParsableCommand {
         let url = try DatabaseURL(rawURL)
         FleetMetrics.bootstrap()
         let readiness = Readiness()
-        let kafka: KafkaConfiguration
+        var kafka: KafkaConfiguration
         let ops: OperationsServer
         do {
             kafka = KafkaConfiguration(bootstrapServers: servers, clientId: "fleet-sink", properties: properties,
                                        offsetResetPolicy: try offsetResetPolicy(s, service))
+            kafka.stallTimeoutSeconds = try stallTimeoutSeconds(s, service)
             ops = try operationsServer(s, service, port: port, readiness: readiness, logger: logger)
         } catch { throw ValidationError("\(error)") }
         let sink = try KafkaSinkProcess(

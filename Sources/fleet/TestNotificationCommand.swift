@@ -1,5 +1,6 @@
 import AppStoreServerAPI
 import ArgumentParser
+import FleetOperations
 import Foundation
 
 /// `fleet test-notification`: asks Apple to send a TEST notification to the app's server URL and reports whether

@@ -11,8 +11,9 @@ struct Verify: ParsableCommand {
         abstract: "Verify App Store signed data (JWS), one item per input line; prints one JSON verdict per line.",
         discussion: """
             Each input line is a bare JWS (notification signedPayload, signed transaction, renewal info or \
-            AppTransaction) or Apple's POST body {"signedPayload":"..."}. Output, in order, one JSON object per line:
-              {"verdict":"verified","kind":"notification|transaction|renewalInfo|appTransaction","payload":{...}}
+            AppTransaction), Apple's POST body {"signedPayload":"..."}, a base64 legacy app receipt, a \
+            {"receipt-data":"..."} body, or a StoreKit 1 transactionReceipt (with --trusted-intermediate). Output, in order, one JSON object per line:
+              {"verdict":"verified","kind":"notification|transaction|renewalInfo|appTransaction|appReceipt","payload":{...}}
               {"verdict":"rejected","reason":"CODE","detail":"..."}
               {"verdict":"retryable","reason":"REVOCATION_STATUS_UNAVAILABLE","detail":"..."} (--revocation-check hard)
             Exit status: 0 when every line was processed (whatever the verdicts), 2 on usage or configuration errors.
@@ -42,6 +43,16 @@ struct Verify: ParsableCommand {
 
     @OptionGroup var revocation: RevocationOptions
 
+    @Option(
+        name: .customLong("max-receipt-bytes"),
+        help: "Size bound of a legacy App Store receipt, bytes (default 1048576; JWS keep 65536).")
+    var maxReceiptBytes: Int = VerificationPolicy.defaultMaxReceiptBytes
+
+    @Option(
+        name: .customLong("trusted-intermediate"),
+        help: "Extra trusted intermediate certificate, DER or PEM (repeatable): \"Apple iTunes Store Certification Authority\" verifies StoreKit 1 transaction receipts.")
+    var trustedIntermediates: [String] = []
+
     @Argument(help: "Input files ('-' or none: stdin).")
     var inputs: [String] = []
 
@@ -63,6 +74,15 @@ struct Verify: ParsableCommand {
                 throw fail("root certificate \(path): \(error.message)")
             }
         }
+        var intermediates: [TrustedRoot] = []
+        for path in trustedIntermediates {
+            guard let data = FileManager.default.contents(atPath: path) else {
+                throw fail("cannot read trusted intermediate \(path)")
+            }
+            do { intermediates += try TrustedRoot.load(derOrPEM: Array(data)) } catch {
+                throw fail("trusted intermediate \(path): \(error.message)")
+            }
+        }
         var envs = Set<AppStoreVerification.Environment>()
         for e in environments {
             guard let env = AppStoreVerification.Environment(parsing: e) else {
@@ -77,7 +97,8 @@ struct Verify: ParsableCommand {
         do {
             policy = try VerificationPolicy(
                 roots: roots, bundleId: bundleId, appAppleId: appAppleId, environments: envs, validationTime: vt,
-                allowUnsignedEnvironments: allowUnsignedEnvironments)
+                allowUnsignedEnvironments: allowUnsignedEnvironments, maxReceiptBytes: maxReceiptBytes,
+                trustedIntermediates: intermediates)
         } catch {
             throw fail(error.message)
         }

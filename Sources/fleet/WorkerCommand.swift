@@ -35,6 +35,11 @@ struct ServiceOptions: ParsableArguments {
         """)
     var offsetResetPolicy: String?
 
+    @Option(help: """
+        Seconds an owned partition may have messages waiting without delivering any (while this process takes what         it is given) before the consumer reports a stall: error log, fleet_consumer_stalls_total, not ready, and         /healthz 503 after twice as long so that an orchestrator restarts it. 0 turns the watch off. Default 90.
+        """)
+    var stallTimeoutSeconds: Int?
+
     @Option(help: "Seconds allowed for a graceful shutdown after SIGTERM.")
     var shutdownDeadlineSeconds: Int?
 
@@ -106,7 +111,10 @@ struct Worker: AsyncParsableCommand {
             validationTime: s.string("validation-time", flag: verification.validationTime, default: "signed-date")!,
             bundleId: try s.requiredString("bundle-id", flag: verification.bundleId),
             appAppleId: try s.optionalInt64("app-apple-id", flag: verification.appAppleId),
-            allowUnsignedEnvironments: try s.bool("allow-unsigned-environments", flag: verification.allowUnsignedEnvironments))
+            allowUnsignedEnvironments: try s.bool("allow-unsigned-environments", flag: verification.allowUnsignedEnvironments),
+            maxReceiptBytes: try s.int(
+                "max-receipt-bytes", flag: verification.maxReceiptBytes, default: VerificationPolicy.defaultMaxReceiptBytes),
+            trustedIntermediatePaths: s.strings("trusted-intermediate", flag: verification.trustedIntermediates))
         var catalogue = ProductCatalogue()
         if let path = s.string("products", flag: verification.products) {
             catalogue = try ProductCatalogue.load(path: path)
@@ -120,9 +128,10 @@ struct Worker: AsyncParsableCommand {
         // which emission waits. Measured with `fleet bench worker`; each can be overridden through kafka properties.
         var properties = try s.kafkaProperties(flag: service.kafkaProperties)
         for (key, value) in Self.fetchDefaults where properties[key] == nil { properties[key] = value }
-        let kafka = KafkaConfiguration(
+        var kafka = KafkaConfiguration(
             bootstrapServers: bootstrap, clientId: "fleet-worker", properties: properties, maxInFlightMessages: 10_000,
             offsetResetPolicy: try offsetResetPolicy(s, service), maxBufferedMessages: 2_000)
+        kafka.stallTimeoutSeconds = try stallTimeoutSeconds(s, service)
         return WorkerConfiguration(
             kafka: kafka, group: s.string("group", flag: service.group, default: "fleet-verifiers")!,
             inputTopics: topics,
@@ -150,10 +159,22 @@ func offsetResetPolicy(_ s: FleetSettings, _ service: ServiceOptions) throws -> 
     return policy
 }
 
+/// `--stall-timeout-seconds` / `stall-timeout-seconds` / `FLEET_STALL_TIMEOUT_SECONDS` (default 90, 0 = off).
+func stallTimeoutSeconds(_ s: FleetSettings, _ service: ServiceOptions) throws -> Int {
+    let value = try s.int("stall-timeout-seconds", flag: service.stallTimeoutSeconds, default: 90)
+    guard value >= 0 else {
+        throw FleetSettings.Error.invalidValue(key: "stall-timeout-seconds", value: String(value), expected: "0 (off) or more seconds")
+    }
+    return value
+}
+
 /// The operations server (`/metrics`, `/healthz`, `/readyz`) of a long-running process, on `metrics-host` (default
-/// loopback) and `port`; `/readyz` lists every offset reset this process's consumers saw.
+/// loopback) and `port`; `/readyz` lists every offset reset and every open consumer stall of this process, and
+/// `/healthz` fails once a stall outlasts twice its timeout.
 func operationsServer(_ s: FleetSettings, _ service: ServiceOptions, port: Int, readiness: Readiness, logger: Logger) throws -> OperationsServer {
     readiness.addDetails { OffsetResets.report }
+    readiness.addDetails { ConsumerStalls.report }
+    readiness.addLivenessCheck("consumer-stalled") { ConsumerStalls.isLive }
     return OperationsServer(host: s.string("metrics-host", flag: service.metricsHost, default: "127.0.0.1")!,
                             port: port, readiness: readiness, logger: logger)
 }

@@ -5,7 +5,7 @@ import Testing
 
 @testable import EntitlementDomain
 
-// Mapping table tests: one per Apple notification type/subtype (design/entitlement-mapping.md), plus client inputs.
+// Mapping table tests: one per Apple notification type/subtype (docs/entitlement-mapping.md), plus client inputs.
 
 private let day: Int64 = 86_400_000
 private let t0: Int64 = 1_760_000_000_000

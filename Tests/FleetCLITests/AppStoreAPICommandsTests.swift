@@ -1,6 +1,7 @@
 import AppStoreServerAPI
 import AppStoreVerification
 import Crypto
+import FleetDevStack
 import FleetKafka
 import FleetSink
 import FleetTestPKI
@@ -178,7 +179,7 @@ struct AppStoreAPICommandsTests {
         let root = try Self.writeTemp("", name: "root.der")
         try Data(Self.pki.rootDER).write(to: URL(fileURLWithPath: root))
         let worker = Process()
-        worker.executableURL = try #require(FleetExecutable.url)
+        worker.executableURL = try #require(FleetBinary.url)
         worker.arguments = ["worker", "--bootstrap-servers", setup.cluster.bootstrapServers, "--input-topic", setup.topic,
                             "--result-topic", result, "--rejected-topic", rejected, "--root-certificate", root,
                             "--bundle-id", Self.bundleId, "--environment", "Sandbox", "--group", "w-\(UUID().uuidString.prefix(6))",

@@ -1,8 +1,10 @@
 import AppStoreVerification
+import FleetDevStack
 import FleetIngestClient
 import FleetKafka
 import FleetOperations
 import FleetTestPKI
+import FleetTestSupport
 import Foundation
 import Synchronization
 import Testing
@@ -39,7 +41,7 @@ struct IngestCommandTests {
     }
 
     @Test func ingestProcessAcceptanceAndSigterm() async throws {
-        guard let url = FleetExecutable.url else {
+        guard let url = FleetBinary.url else {
             Issue.record("fleet executable not built")
             return
         }

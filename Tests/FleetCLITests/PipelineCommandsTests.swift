@@ -1,47 +1,19 @@
 import AppStoreVerification
 import EntitlementDomain
+import FleetDevStack
 import FleetKafka
+import FleetTestSupport
 import Foundation
 import Testing
 
 /// The README's commands beyond `fleet verify`, run through the built executable: tail, demo, benchmarks.
 @Suite(.serialized)
 struct PipelineCommandsTests {
-    struct Run {
-        var status: Int32
-        var stdout: String
-        var stderr: String
-        var lastJSON: JSONValue? {
-            stdout.split(separator: "\n").last.flatMap { try? JSONValue.parse(String($0)) }
-        }
-    }
+    typealias Run = FleetBinary.Output
 
     /// Runs `fleet` with output to files (no pipe can fill up), killing it after `timeout`.
     static func fleet(_ args: [String], timeout: Duration) async throws -> Run {
-        guard let url = FleetExecutable.url else {
-            throw CocoaError(.fileNoSuchFile, userInfo: [NSLocalizedDescriptionKey: "fleet executable not built"])
-        }
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("fleet-cli-\(UUID().uuidString.prefix(8))")
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-        let outPath = dir.appendingPathComponent("out").path, errPath = dir.appendingPathComponent("err").path
-        FileManager.default.createFile(atPath: outPath, contents: nil)
-        FileManager.default.createFile(atPath: errPath, contents: nil)
-        let p = Process()
-        p.executableURL = url
-        p.arguments = args
-        p.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: outPath))
-        p.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: errPath))
-        p.standardInput = FileHandle.nullDevice
-        try p.run()
-        let deadline = ContinuousClock.now + timeout
-        while p.isRunning && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(100)) }
-        if p.isRunning {
-            kill(p.processIdentifier, SIGKILL)
-            p.waitUntilExit()
-        }
-        return Run(status: p.isRunning ? -1 : p.terminationStatus,
-                   stdout: (try? String(contentsOfFile: outPath, encoding: .utf8)) ?? "",
-                   stderr: (try? String(contentsOfFile: errPath, encoding: .utf8)) ?? "")
+        try await FleetBinary.run(args, timeout: timeout)
     }
 
     @Test func tailShowsEventsAsTheDashboardsSeeThem() async throws {

@@ -1,3 +1,4 @@
+import FleetTestSupport
 import Foundation
 import Testing
 
@@ -71,7 +72,7 @@ struct ReadmeCommandsTests {
     static func documentedInvocations() throws -> [(String, [String])] {
         var all: [(String, [String])] = []
         for doc in documents {
-            let url = FleetExecutable.repoRoot.appendingPathComponent(doc)
+            let url = FleetBinary.repoRoot.appendingPathComponent(doc)
             let text = try String(contentsOf: url, encoding: .utf8)
             for line in shellLines(text) {
                 for args in fleetInvocations(line) { all.append((doc, args)) }
@@ -109,10 +110,10 @@ struct ReadmeCommandsTests {
 
     @Test("the documented Apple root fingerprint matches Apple's certificate (when the fixtures are present)")
     func fingerprint() throws {
-        let cert = FleetExecutable.repoRoot.deletingLastPathComponent()
+        let cert = FleetBinary.repoRoot.deletingLastPathComponent()
             .appendingPathComponent("shared/fixtures/apple-real/AppleRootCA-G3.cer")
         guard let der = FileManager.default.contents(atPath: cert.path) else { return }  // skip: fixtures absent
-        let readme = try String(contentsOf: FleetExecutable.repoRoot.appendingPathComponent("README.md"), encoding: .utf8)
+        let readme = try String(contentsOf: FleetBinary.repoRoot.appendingPathComponent("README.md"), encoding: .utf8)
         let digest = sha256Hex(Array(der)).uppercased()
         let colon = stride(from: 0, to: digest.count, by: 2).map { i -> String in
             let a = digest.index(digest.startIndex, offsetBy: i)

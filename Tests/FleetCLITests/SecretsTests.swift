@@ -1,4 +1,6 @@
+import FleetDevStack
 import FleetOperations
+import FleetTestSupport
 import Foundation
 import FleetTestPKI
 import Testing
@@ -12,7 +14,7 @@ import Testing
     /// Runs `fleet` with `environment` added, for at most `seconds`, scraping the operations port (when given) while it
     /// runs; then SIGTERM (SIGKILL after 10 s). Returns everything it printed and everything scraped.
     static func capture(_ args: [String], environment: [String: String] = [:], seconds: Double, scrapePort: Int? = nil) async throws -> String {
-        let url = try #require(FleetExecutable.url, "fleet executable not built")
+        let url = try #require(FleetBinary.url, "fleet executable not built")
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("fleet-secrets-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: dir) }

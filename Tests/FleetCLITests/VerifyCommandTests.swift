@@ -1,56 +1,10 @@
 import AppStoreVerification
+import FleetTestSupport
 import Foundation
 import FleetTestPKI
 import Testing
 
 /// `fleet verify` end to end through the built executable.
-enum FleetExecutable {
-    static let repoRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-        .deletingLastPathComponent()
-
-    /// `.build/debug/fleet` next to the test bundle (or in the repository's .build/debug).
-    static var url: URL? {
-        var candidates: [URL] = []
-        let testBinary = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
-        var dir = testBinary.deletingLastPathComponent()
-        for _ in 0..<4 {
-            candidates.append(dir.appendingPathComponent("fleet"))
-            dir = dir.deletingLastPathComponent()
-        }
-        candidates.append(repoRoot.appendingPathComponent(".build/debug/fleet"))
-        return candidates.first { FileManager.default.isExecutableFile(atPath: $0.path) }
-    }
-
-    struct Output {
-        var status: Int32
-        var stdout: String
-        var stderr: String
-        var lines: [JSONValue] {
-            stdout.split(separator: "\n").compactMap { try? JSONValue.parse(String($0)) }
-        }
-    }
-
-    static func run(_ args: [String], stdin: String? = nil) throws -> Output {
-        guard let url else {
-            throw CocoaError(.fileNoSuchFile, userInfo: [NSLocalizedDescriptionKey: "fleet executable not built (run swift build --build-tests)"])
-        }
-        let p = Process()
-        p.executableURL = url
-        p.arguments = args
-        let out = Pipe(), err = Pipe(), input = Pipe()
-        p.standardOutput = out
-        p.standardError = err
-        p.standardInput = input
-        try p.run()
-        if let stdin { input.fileHandleForWriting.write(Data(stdin.utf8)) }
-        try input.fileHandleForWriting.close()
-        let o = out.fileHandleForReading.readDataToEndOfFile()
-        let e = err.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        return Output(status: p.terminationStatus, stdout: String(decoding: o, as: UTF8.self), stderr: String(decoding: e, as: UTF8.self))
-    }
-}
-
 @Suite(.serialized) struct FleetVerifyEndToEnd {
     let pki: TestPKI
     let dir: URL
@@ -82,7 +36,7 @@ enum FleetExecutable {
             pki.sign(TestPayloads.appTransaction(receiptCreationDate: t0)),
         ]
         try Data((lines.joined(separator: "\n") + "\n").utf8).write(to: dir.appendingPathComponent("in.txt"))
-        let r = try FleetExecutable.run([
+        let r = try FleetBinary.run([
             "verify", "--root-certificate", path("root.der"), "--bundle-id", TestPayloads.bundleId,
             "--environment", "Sandbox", path("in.txt"),
         ])
@@ -115,7 +69,7 @@ enum FleetExecutable {
         let b64 = try receiptPKI.signBase64(receipt)
         let lines = [b64, JSONValue.object(["receipt-data": .string(b64), "password": "pw"]).serialized(), pki.sign(TestPayloads.transaction(purchaseDate: t0, signedDate: t0))]
         try Data((lines.joined(separator: "\n") + "\n").utf8).write(to: dir.appendingPathComponent("receipts.txt"))
-        let r = try FleetExecutable.run([
+        let r = try FleetBinary.run([
             "verify", "--root-certificate", path("receipt-root.der"), "--root-certificate", path("root.der"),
             "--bundle-id", TestPayloads.bundleId, "--environment", "Sandbox", path("receipts.txt"),
         ])
@@ -141,7 +95,7 @@ enum FleetExecutable {
 
     @Test func readsStdinAndPEMRoots() throws {
         let jws = pki.sign(TestPayloads.transaction(purchaseDate: t0, signedDate: t0))
-        let r = try FleetExecutable.run(
+        let r = try FleetBinary.run(
             ["verify", "--root-certificate", path("root.pem"), "--bundle-id", TestPayloads.bundleId, "--environment", "Sandbox", "-"],
             stdin: jws + "\n" + jws + "\n")
         #expect(r.status == 0, "stderr: \(r.stderr)")
@@ -149,7 +103,7 @@ enum FleetExecutable {
     }
 
     @Test func productionWithoutAppAppleIdIsAUsageError() throws {
-        let r = try FleetExecutable.run([
+        let r = try FleetBinary.run([
             "verify", "--root-certificate", path("root.der"), "--bundle-id", "x", "--environment", "Production",
         ], stdin: "")
         #expect(r.status == 2)
@@ -158,24 +112,24 @@ enum FleetExecutable {
     }
 
     @Test func unreadableRootIsAUsageError() throws {
-        let r = try FleetExecutable.run([
+        let r = try FleetBinary.run([
             "verify", "--root-certificate", path("missing.der"), "--bundle-id", "x", "--environment", "Sandbox",
         ], stdin: "")
         #expect(r.status == 2)
         #expect(r.stderr.contains("missing.der"))
         let garbage = path("garbage.der")
         try Data("not a certificate".utf8).write(to: URL(fileURLWithPath: garbage))
-        let r2 = try FleetExecutable.run([
+        let r2 = try FleetBinary.run([
             "verify", "--root-certificate", garbage, "--bundle-id", "x", "--environment", "Sandbox",
         ], stdin: "")
         #expect(r2.status == 2)
     }
 
     @Test func missingArgumentsAreAUsageError() throws {
-        let r = try FleetExecutable.run(["verify", "--environment", "Sandbox"], stdin: "")
+        let r = try FleetBinary.run(["verify", "--environment", "Sandbox"], stdin: "")
         #expect(r.status == 2)
         #expect(r.stderr.contains("--bundle-id"))
-        let r2 = try FleetExecutable.run(["verify", "--root-certificate", path("root.der"), "--bundle-id", "x", "--environment", "Staging"], stdin: "")
+        let r2 = try FleetBinary.run(["verify", "--root-certificate", path("root.der"), "--bundle-id", "x", "--environment", "Staging"], stdin: "")
         #expect(r2.status == 2)
     }
 }

@@ -1,4 +1,5 @@
 import EntitlementDomain
+import FleetDevStack
 import FleetKafka
 import FleetOperations
 import Foundation

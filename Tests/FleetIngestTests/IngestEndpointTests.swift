@@ -3,6 +3,7 @@ import FleetIngest
 import FleetIngestClient
 import FleetKafka
 import FleetTestPKI
+import FleetTestSupport
 import Foundation
 import Testing
 

@@ -2,6 +2,7 @@ import FleetIngest
 import FleetIngestClient
 import FleetKafka
 import FleetTestPKI
+import FleetTestSupport
 import Foundation
 import Synchronization
 import Testing

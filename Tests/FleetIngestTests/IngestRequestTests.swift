@@ -5,6 +5,7 @@ import Foundation
 import Testing
 
 @testable import FleetIngest
+@testable import FleetIngestRequests
 
 @Suite("ingest request parsing and settings")
 struct IngestRequestTests {
@@ -15,6 +16,22 @@ struct IngestRequestTests {
         #expect(parsed.key == Array("0f4c2a58-aaaa-bbbb-cccc-0123456789ab".utf8))
         // A signedPayload that is not a JWS is published unkeyed (the workers reject it with a reason).
         #expect(try IngestRequests.notification(Array("{\"signedPayload\":\"garbage\"}".utf8)).key == nil)
+    }
+
+    @Test("the key scan finds only the top-level member, skipping nested objects, arrays and strings that contain it")
+    func keyScan() {
+        func key(_ json: String) -> String? { IngestRequests.topLevelMember(Array(json.utf8), Array("notificationUUID".utf8)) }
+        let nested = "{\"data\":{\"notificationUUID\":\"inner\",\"s\":\"}{\\\"\"},\"x\":[1,{\"notificationUUID\":2}],\"notificationUUID\":\"outer\"}"
+        #expect(key(nested) == "outer")
+        #expect(key("{ \"notificationUUID\" : 12345 }") == "12345")
+        #expect(key("{\"a\":\"notificationUUID\",\"b\":true}") == nil)
+        #expect(key("{\"notificationUUID\":\"\"}") == nil)
+        #expect(key("{\"notificationUUID\":\"a\\\"b\"}") == nil)  // escapes: unkeyed
+        #expect(key("{\"notificationUUID\":\"" + String(repeating: "a", count: 257) + "\"}") == nil)
+        #expect(key("[\"notificationUUID\"]") == nil)
+        #expect(key("{\"notificationUUID\"") == nil)
+        #expect(key("{\"a\":{\"b\":") == nil)
+        #expect(key("") == nil)
     }
 
     @Test("transactions: the bare JWS is the value; a receipt body is kept whole; optional fields")

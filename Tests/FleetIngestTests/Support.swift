@@ -1,10 +1,12 @@
 import AppStoreVerification
 import EntitlementDomain
+import FleetDevStack
 import FleetIngest
 import FleetIngestClient
 import FleetKafka
 import FleetOperations
 import FleetTestPKI
+import FleetTestSupport
 import FleetWorker
 import Foundation
 import Logging
@@ -111,31 +113,6 @@ final class IngestHarness: Sendable {
     func read(atLeast count: Int, timeout: Duration = .seconds(60)) async throws -> [KafkaMessage] {
         try await readTopic(cluster.bootstrapServers, topic, atLeast: count, timeout: timeout)
     }
-}
-
-/// Reads a topic from the beginning until at least `count` messages arrived, then on until everything the topic held
-/// at that moment was read (so nothing extra can hide).
-func readTopic(_ bootstrap: String, _ topic: String, atLeast count: Int, timeout: Duration = .seconds(60)) async throws -> [KafkaMessage] {
-    let config = KafkaConfiguration(bootstrapServers: bootstrap, clientId: "test-reader", sessionTimeoutMilliseconds: 6000, heartbeatIntervalMilliseconds: 500)
-    let group = "reader-\(UUID().uuidString.prefix(8))"
-    let consumer = try KafkaConsumer(configuration: config, groupId: group, topics: [topic])
-    var out: [KafkaMessage] = []
-    let deadline = ContinuousClock.now + timeout
-    while out.count < count && ContinuousClock.now < deadline {
-        out += try await consumer.nextBatch(maxMessages: 5000, timeout: .milliseconds(300))
-    }
-    let held = try await KafkaAdmin(configuration: config).consumerLag(groupId: group, topics: [topic])
-        .reduce(0) { $0 + Int($1.highWatermark - $1.lowWatermark) }
-    let rest = ContinuousClock.now + .seconds(20)
-    while out.count < held && ContinuousClock.now < rest {
-        out += try await consumer.nextBatch(maxMessages: 5000, timeout: .milliseconds(300))
-    }
-    _ = await consumer.close(deadline: .seconds(5))
-    return out
-}
-
-func header(_ m: KafkaMessage, _ key: String) -> String? {
-    m.headers.last { $0.key == key }.map { String(decoding: $0.value, as: UTF8.self) }
 }
 
 /// A notification body as Apple sends it, plus keys Apple might add later.

@@ -1,4 +1,6 @@
+import FleetDevStack
 import FleetOperations
+import FleetTestSupport
 import Foundation
 import Testing
 

@@ -1,3 +1,4 @@
+import FleetTestSupport
 import Testing
 
 @testable import FleetKafka

@@ -1,3 +1,4 @@
+import FleetDevStack
 import Foundation
 import Logging
 import Testing
@@ -116,6 +117,10 @@ struct ExampleConfigTests {
         #expect(try sink.int("writers", flag: nil, default: 0) == 1)
         #expect(worker.string("validation-time", flag: nil) == "signed-date")
         #expect(try worker.bool("allow-unsigned-environments", flag: false) == false)
+        let ingest = try await FleetSettings(section: "ingest", configFile: path, environment: [:])
+        #expect(try ingest.int("port", flag: nil, default: 0) == 8080)
+        #expect(ingest.string("metrics-host", flag: nil) == "127.0.0.1")
+        #expect(ingest.string("bootstrap-servers", flag: nil) == "localhost:9092")
         // An environment variable still beats the file.
         let overridden = try await FleetSettings(section: "worker", configFile: path, environment: ["FLEET_VALIDATION_TIME": "now"])
         #expect(overridden.string("validation-time", flag: nil) == "now")

@@ -1,6 +1,7 @@
 import AppStoreServerAPI
 import Crypto
 import EntitlementDomain
+import FleetDevStack
 import FleetKafka
 import FleetResponder
 import FleetSink
@@ -18,40 +19,6 @@ let logger: Logger = {
     return l
 }()
 
-/// One throwaway PostgreSQL for the process; each test gets a fresh, migrated database.
-actor TestDatabase {
-    static let shared = TestDatabase()
-    private var server: ThrowawayPostgres?
-
-    func fresh() async throws -> String {
-        let server: ThrowawayPostgres
-        if let s = self.server { server = s } else {
-            server = try await ThrowawayPostgres(database: "responder_tests")
-            self.server = server
-            serverForCleanup.withLock { $0 = server }
-            atexit { serverForCleanup.withLock { $0 }?.destroy() }
-        }
-        let url = try await server.createDatabase("r\(UInt32.random(in: 0...UInt32.max))")
-        try await withConnection(url) { try await SinkSchema.migrate(connection: $0, logger: logger) }
-        return url
-    }
-}
-
-let serverForCleanup = Mutex<ThrowawayPostgres?>(nil)
-
-@discardableResult
-func withConnection<T: Sendable>(_ url: String, _ body: (PostgresConnection) async throws -> T) async throws -> T {
-    let connection = try await PostgresConnection.connect(configuration: try DatabaseURL(url).connectionConfiguration(), id: 7, logger: logger)
-    do {
-        let r = try await body(connection)
-        try await connection.close()
-        return r
-    } catch {
-        try? await connection.close()
-        throw error
-    }
-}
-
 struct MissingRow: Error { var uuid: String }
 
 struct Harness {
@@ -68,7 +35,7 @@ struct Harness {
         let client = AppStoreServerAPIClient(
             credentials: APICredentials(keyId: "K1", issuerId: "I1", bundleId: TestPayloads.bundleId, privateKey: key),
             configuration: .init(baseURL: server.baseURL, retry: RetryPolicy(maxAttempts: maxAttempts, baseDelay: .milliseconds(10), maxDelay: .milliseconds(50))))
-        return Harness(server: server, client: client, history: h, url: try await TestDatabase.shared.fresh())
+        return Harness(server: server, client: client, history: h, url: try await TestPostgres.shared.freshDatabase())
     }
 
     func claim(uuid: String = UUID().uuidString.lowercased(), requestedAt: Int64 = TestPayloads.nowMillis()) -> ConsumptionClaim {

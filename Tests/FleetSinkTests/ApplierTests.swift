@@ -1,5 +1,6 @@
 import AppStoreVerification
 import EntitlementDomain
+import FleetTestSupport
 import Foundation
 import PostgresNIO
 import Testing

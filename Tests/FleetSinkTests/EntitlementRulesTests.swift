@@ -1,5 +1,6 @@
 import EntitlementDomain
 import EntitlementRules
+import FleetTestSupport
 import Testing
 
 /// The sink's entitlement rules without PostgreSQL: `EntitlementRules.fold` over in-memory rows, batch after batch, the

@@ -1,5 +1,7 @@
 import EntitlementDomain
+import FleetDevStack
 import FleetKafka
+import FleetTestSupport
 import Foundation
 import PostgresNIO
 import Synchronization
@@ -8,16 +10,6 @@ import Testing
 @testable import FleetSink
 
 /// The built `fleet` executable next to the test bundle (`make test` builds it first with `swift build --build-tests`).
-func fleetExecutable() throws -> URL {
-    let candidates = [
-        Bundle.main.executableURL?.deletingLastPathComponent(),
-        URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent(),
-        Bundle.main.bundleURL.deletingLastPathComponent(),
-    ].compactMap { $0 }.map { $0.appendingPathComponent("fleet") }
-    for url in candidates where FileManager.default.isExecutableFile(atPath: url.path) { return url }
-    throw TestFailure("the fleet executable was not found next to the test bundle (\(candidates.map(\.path))); run `swift build` first")
-}
-
 /// Per subscriber, events in signing order on one key (one partition): the final state does not depend on batching.
 func orderedStream(subscribers: Int) -> [EntitlementEvent] {
     var out: [EntitlementEvent] = []
@@ -66,7 +58,7 @@ func produce(_ events: [EntitlementEvent], to topic: String, bootstrap: String) 
 
 func startSink(bootstrap: String, topic: String, rejected: String, url: String, writers: Int = 1) throws -> Process {
     let process = Process()
-    process.executableURL = try fleetExecutable()
+    process.executableURL = try FleetBinary.require()
     process.arguments = [
         "sink", "--bootstrap-servers", bootstrap, "--group", "sink-kill-test", "--result-topic", topic,
         "--rejected-topic", rejected, "--database-url", url, "--max-batch-size", "40", "--writers", String(writers),

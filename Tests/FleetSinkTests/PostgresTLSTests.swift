@@ -1,3 +1,5 @@
+import FleetDevStack
+import FleetTestSupport
 import Foundation
 import PostgresNIO
 import Testing

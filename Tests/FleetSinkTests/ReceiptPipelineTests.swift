@@ -1,7 +1,9 @@
 import AppStoreVerification
 import EntitlementDomain
+import FleetDevStack
 import FleetKafka
 import FleetTestPKI
+import FleetTestSupport
 import Foundation
 import PostgresNIO
 import Testing
@@ -46,7 +48,7 @@ struct ReceiptPipelineTests {
         producer.close(timeout: .seconds(5))
 
         let worker = Process()
-        worker.executableURL = try fleetExecutable()
+        worker.executableURL = try FleetBinary.require()
         worker.arguments = [
             "worker", "--bootstrap-servers", cluster.bootstrapServers, "--group", "receipt-e2e", "--input-topic", "raw",
             "--result-topic", "results", "--rejected-topic", "rejected", "--root-certificate", jwsRoot.path,

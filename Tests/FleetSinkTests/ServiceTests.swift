@@ -1,4 +1,6 @@
 import EntitlementDomain
+import FleetDevStack
+import FleetTestSupport
 import Foundation
 import Logging
 import PostgresNIO

@@ -1,8 +1,10 @@
 import AppStoreVerification
 import EntitlementDomain
+import FleetDevStack
 import FleetKafka
 import FleetOperations
 import FleetTestPKI
+import FleetTestSupport
 import Foundation
 import Logging
 import Testing
@@ -198,10 +200,10 @@ struct WorkerEndToEndTests {
         let first = try ChildProcess(fleet, args)
         // Let it get part of the way, then kill it without warning.
         _ = try await readTopic(cluster.bootstrapServers, "result", atLeast: 600, timeout: .seconds(60))
-        first.kill(SIGKILL)
-        _ = await first.wait(timeout: .seconds(5))
+        first.terminate(SIGKILL)
+        _ = await first.waitExit(timeout: .seconds(5))
         let second = try ChildProcess(fleet, args)
-        defer { second.kill(SIGKILL) }
+        defer { second.terminate(SIGKILL) }
         let admin = KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers))
         let deadline = ContinuousClock.now + .seconds(90)
         var committed: Int64 = 0
@@ -254,8 +256,8 @@ struct WorkerEndToEndTests {
             "--shutdown-deadline-seconds", "8", "--kafka-property", "session.timeout.ms=6000", "--log-format", "text"])
         _ = try await readTopic(cluster.bootstrapServers, "result", atLeast: 500, timeout: .seconds(60))
         let began = ContinuousClock.now
-        worker.kill(SIGTERM)
-        let status = await worker.wait(timeout: .seconds(12))
+        worker.terminate(SIGTERM)
+        let status = await worker.waitExit(timeout: .seconds(12))
         #expect(status == 0, "exit status \(String(describing: status)); log:\n\(worker.output.suffix(2000))")
         #expect(ContinuousClock.now - began < .seconds(10), "exits within the shutdown deadline")
         let lag = try await KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers))

@@ -18,11 +18,13 @@ CONTRACT_WORKER_KEYS = {
     "group", "input-topic", "result-topic", "rejected-topic", "root-certificate", "bundle-id", "environment",
     "app-apple-id", "products", "require-known-products", "metrics-port", "shutdown-deadline-seconds",
     "log-level", "log-format", "validation-time", "allow-unsigned-environments", "metrics-host", "offset-reset-policy",
+    "max-receipt-bytes", "trusted-intermediate", "stall-timeout-seconds",
     "revocation-check", "ocsp-timeout-ms", "ocsp-max-age-seconds",
 }
 CONTRACT_SINK_KEYS = {
     "group", "result-topic", "database-url", "rejected-topic", "metrics-port", "shutdown-deadline-seconds",
     "log-level", "log-format", "max-batch-size", "writers", "metrics-host", "offset-reset-policy",
+    "stall-timeout-seconds",
 }
 CONTRACT_METRICS = [
     "fleet_worker_inputs_total", "fleet_worker_verdicts_total", "fleet_consumer_lag",
@@ -294,6 +296,21 @@ def test_root_certificates_from_a_named_configmap_or_secret():
         "/etc/fleet/roots/AppleRootCA-G3.cer", "/etc/fleet/roots/AppleRootCA-G2.cer"]
 
 
+def test_trusted_intermediates_mounted_beside_the_roots():
+    r = render({"rootCertificates": {"kind": "Secret", "name": "apple-roots", "files": ["AppleRootCA-G3.cer"],
+                                     "intermediateFiles": ["AppleITunesStoreCertificationAuthority.cer"]},
+                "config": {"worker": {"max-receipt-bytes": 2097152}}})
+    vols = {v["name"]: v for v in r.deployment("worker")["spec"]["template"]["spec"]["volumes"]}
+    assert [i["key"] for i in vols["roots"]["secret"]["items"]] == [
+        "AppleRootCA-G3.cer", "AppleITunesStoreCertificationAuthority.cer"]
+    worker = r.fleet_config()["worker"]
+    assert worker["trusted-intermediate"] == ["/etc/fleet/roots/AppleITunesStoreCertificationAuthority.cer"]
+    assert worker["root-certificate"] == ["/etc/fleet/roots/AppleRootCA-G3.cer"]
+    assert worker["max-receipt-bytes"] == 2097152
+    # none by default: no key rendered
+    assert "trusted-intermediate" not in render().fleet_config()["worker"]
+
+
 def test_product_catalogue_mounted_at_the_contract_path():
     r = render(EVERYTHING)
     assert r.fleet_config()["worker"]["products"] == "/etc/fleet/products/products.yaml"
@@ -361,13 +378,18 @@ def test_configmap_has_the_contract_layout(extra):
 def test_example_config_file_has_every_contract_key_and_the_chart_uses_only_its_keys():
     example = yaml.safe_load((REPO / "config" / "fleet.yaml").read_text())
     # The chart renders the long-running consumers' sections; the file also documents the API commands' section.
-    assert set(example) == {"kafka", "worker", "sink", "appstore-api"}
+    assert set(example) == {"kafka", "worker", "sink", "ingest", "appstore-api"}
     assert set(example["kafka"]) == CONTRACT_KAFKA_KEYS
     assert set(example["worker"]) == CONTRACT_WORKER_KEYS
     assert set(example["sink"]) == CONTRACT_SINK_KEYS
     cfg = render(EVERYTHING).fleet_config()
     for section in ("kafka", "worker", "sink"):
         assert set(cfg[section]) <= set(example[section])
+    # The ingest section (rendered when ingest.enabled) uses only the file's keys, plus the token path it mounts.
+    ingest = render({"ingest": {"enabled": True, "apiToken": {"existingSecret": "t"}}}).fleet_config()["ingest"]
+    assert set(ingest) <= set(example["ingest"]) | {"api-token-file"}
+    assert {k: v for k, v in ingest.items() if k not in ("host", "metrics-host", "log-format", "api-token-file")} == \
+        {k: v for k, v in example["ingest"].items() if k not in ("host", "metrics-host", "log-format")}
     # the chart's defaults are the contract's defaults
     defaults = render().fleet_config()
     assert defaults["worker"]["group"] == example["worker"]["group"] == "fleet-verifiers"

@@ -50,6 +50,9 @@ def test_ingest_renders_deployment_service_pdb_and_config():
     assert cfg["ingest"]["topic"] in cfg["worker"]["input-topic"]
     assert cfg["ingest"]["notifications-path"] == "/apple/notifications"
     assert cfg["ingest"]["metrics-port"] == 9092
+    # Both ports must be reachable from outside the pod (probes, Prometheus, the Service); the binaries default the
+    # operations port to 127.0.0.1.
+    assert cfg["ingest"]["host"] == "0.0.0.0" and cfg["ingest"]["metrics-host"] == "0.0.0.0"
     assert "api-token-file" not in cfg["ingest"]
 
 

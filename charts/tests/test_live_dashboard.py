@@ -17,9 +17,10 @@ def test_enabled_renders_a_deployment_and_a_service():
     r = render({"liveDashboard": {"enabled": True}})
     assert sorted(d["kind"] for d in live(r)) == ["Deployment", "Service"]
     c = r.container("live-dashboard")
-    # Exactly the command's flags; topics default to the worker's.
+    # Exactly the command's flags; topics default to the worker's; the binary binds 127.0.0.1 unless told otherwise,
+    # so the chart passes 0.0.0.0 (probes, the Service).
     assert c["args"] == ["dashboard", "--result-topic", "entitlements.verified", "--rejected-topic", "appstore.rejected",
-                         "--port", "8080"]
+                         "--host", "0.0.0.0", "--port", "8080"]
     assert c["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
     assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
     assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
@@ -36,12 +37,13 @@ def test_enabled_renders_a_deployment_and_a_service():
 
 def test_topics_port_and_credentials_follow_the_values():
     r = render({
-        "liveDashboard": {"enabled": True, "port": 9000, "resultTopic": "ent.v1", "rejectedTopic": "raw.rej",
+        "liveDashboard": {"enabled": True, "host": "::", "port": 9000, "resultTopic": "ent.v1", "rejectedTopic": "raw.rej",
                           "service": {"type": "LoadBalancer", "port": 8443}},
         "kafkaAuth": {"sasl": {"enabled": True, "existingSecret": "kafka-credentials"}},
     })
     c = r.container("live-dashboard")
-    assert c["args"] == ["dashboard", "--result-topic", "ent.v1", "--rejected-topic", "raw.rej", "--port", "9000"]
+    assert c["args"] == ["dashboard", "--result-topic", "ent.v1", "--rejected-topic", "raw.rej", "--host", "::",
+                         "--port", "9000"]
     # Credentials come from the Secret by reference, never rendered as values.
     secret_refs = [e for e in c["env"] if "valueFrom" in e]
     assert secret_refs and all("secretKeyRef" in e["valueFrom"] for e in secret_refs)

@@ -6,232 +6,354 @@ import SwiftASN1
 /// Only the structure is read here; nothing is trusted. Every failure is `MALFORMED_RECEIPT` with what was wrong.
 /// Bounds: at most `maxCertificates` certificates, exactly one SignerInfo, at most `maxSignedAttributes` signed
 /// attributes; the whole input is already bounded by the policy's receipt size limit.
+///
+/// The walk (`StrictDER`) reads the elements in place and keeps slices of the input, no copies. Every element is
+/// checked by DER's rules except the inside of the certificates, which `validateCertificates()` checks when they are
+/// about to be used (a verified-chain cache hit means these exact bytes were checked before).
 public struct PKCS7SignedData: Sendable {
+    /// An OBJECT IDENTIFIER as its DER encoding (tag, length, content), validated; compared without decoding.
+    public struct OID: Hashable, Sendable, CustomStringConvertible {
+        public let der: ArraySlice<UInt8>
+
+        init(der: ArraySlice<UInt8>) { self.der = der }
+
+        /// The encoding of a known identifier.
+        public init(_ oid: ASN1ObjectIdentifier) {
+            var s = DER.Serializer()
+            try! s.serialize(oid)  // A literal identifier always serialises.
+            self.der = s.serializedBytes[...]
+        }
+
+        public var description: String {
+            (try? ASN1ObjectIdentifier(derEncoded: der)).map { "\($0)" } ?? "(invalid OID)"
+        }
+    }
+
     public struct AlgorithmIdentifier: Sendable, Hashable {
-        public var oid: ASN1ObjectIdentifier
+        public var oid: OID
         /// The parameters' DER, nil when absent.
-        public var parameters: [UInt8]?
+        public var parameters: ArraySlice<UInt8>?
     }
 
     public struct SignerInfo: Sendable {
         public var version: Int
-        /// IssuerAndSerialNumber: the issuer Name's DER and the serial number's bytes (version 1).
-        public var issuerDER: [UInt8]?
-        public var serialNumber: [UInt8]?
+        /// IssuerAndSerialNumber: the issuer Name's DER and the serial number's content octets (version 1).
+        public var issuerDER: ArraySlice<UInt8>?
+        public var serialNumber: ArraySlice<UInt8>?
         /// SubjectKeyIdentifier (version 3).
-        public var subjectKeyIdentifier: [UInt8]?
+        public var subjectKeyIdentifier: ArraySlice<UInt8>?
         public var digestAlgorithm: AlgorithmIdentifier
         /// The signed attributes re-encoded as the DER `SET OF` the signature covers (RFC 5652 §5.4), nil when absent.
         public var signedAttributesDER: [UInt8]?
         /// (attribute type, the DER of each value) of the signed attributes.
-        public var signedAttributes: [(ASN1ObjectIdentifier, [[UInt8]])]
+        public var signedAttributes: [(OID, [ArraySlice<UInt8>])]
         public var signatureAlgorithm: AlgorithmIdentifier
-        public var signature: [UInt8]
+        public var signature: ArraySlice<UInt8>
     }
 
+    /// The whole input.
+    public let der: [UInt8]
     public var version: Int
     public var digestAlgorithms: [AlgorithmIdentifier]
-    public var contentType: ASN1ObjectIdentifier
     /// The embedded content's bytes (the eContent OCTET STRING's value).
-    public var content: [UInt8]
-    /// DER of every certificate of the certificate set, in order.
-    public var certificates: [[UInt8]]
+    public var content: ArraySlice<UInt8>
+    /// DER of every certificate of the certificate set, in order (their insides not yet validated).
+    public var certificates: [ArraySlice<UInt8>]
     /// The certificate set's exact encoding (the chain cache key), empty when absent.
-    public var certificateSetDER: [UInt8]
+    public var certificateSetDER: ArraySlice<UInt8>
     public var signerInfo: SignerInfo
 
     public static let maxCertificates = 10
     public static let maxSignedAttributes = 32
 
-    public static let signedDataOID: ASN1ObjectIdentifier = [1, 2, 840, 113549, 1, 7, 2]
-    public static let dataOID: ASN1ObjectIdentifier = [1, 2, 840, 113549, 1, 7, 1]
-    public static let contentTypeAttributeOID: ASN1ObjectIdentifier = [1, 2, 840, 113549, 1, 9, 3]
-    public static let messageDigestAttributeOID: ASN1ObjectIdentifier = [1, 2, 840, 113549, 1, 9, 4]
+    public static let signedDataOID = OID([1, 2, 840, 113549, 1, 7, 2])
+    public static let dataOID = OID([1, 2, 840, 113549, 1, 7, 1])
+    public static let contentTypeAttributeOID = OID([1, 2, 840, 113549, 1, 9, 3])
+    public static let messageDigestAttributeOID = OID([1, 2, 840, 113549, 1, 9, 4])
 
-    static let tag0 = ASN1Identifier(tagWithNumber: 0, tagClass: .contextSpecific)
-    static let tag1 = ASN1Identifier(tagWithNumber: 1, tagClass: .contextSpecific)
+    typealias Tag = StrictDER.Tag
+    typealias Element = StrictDER.Element
+    typealias Bytes = UnsafeBufferPointer<UInt8>
 
     static func fail(_ detail: String) -> VerificationError { VerificationError(.malformedReceipt, detail) }
 
+    static func fail(_ f: StrictDER.Failure, _ what: @autoclosure () -> String) -> VerificationError {
+        if f == .indefiniteLength {
+            return fail(
+                "\(what()) uses indefinite-length BER, not strict DER (Xcode StoreKit-testing receipts are BER and "
+                    + "signed by a local certificate, never by Apple)")
+        }
+        return fail("\(what()) is not strict DER ASN.1: \(f)")
+    }
+
     /// Parses DER bytes of a ContentInfo holding a SignedData.
     public init(der: [UInt8]) throws(VerificationError) {
-        let root: ASN1Node
-        do { root = try DER.parse(der) } catch {
-            if der.count >= 2 && der[0] == 0x30 && der[1] == 0x80 {
-                throw Self.fail(
-                    "receipt uses indefinite-length BER, not strict DER (Xcode StoreKit-testing receipts are BER and "
-                        + "signed by a local certificate, never by Apple)")
+        self.der = der
+        let parsed = try der.withUnsafeBufferPointer { (b) throws(VerificationError) in try Self.walk(b) }
+        version = parsed.version
+        digestAlgorithms = parsed.digestAlgorithms.map { Self.algorithm(der, $0) }
+        content = der[parsed.content]
+        certificates = parsed.certificates.map { der[$0] }
+        certificateSetDER = der[parsed.certificateSet]
+        let si = parsed.signer
+        var attrsDER: [UInt8]?
+        if let r = si.signedAttributes {
+            // The signature covers the DER of the attributes with the SET OF tag, not the [0] IMPLICIT tag.
+            var bytes = Array(der[r])
+            bytes[0] = 0x31
+            attrsDER = bytes
+        }
+        signerInfo = SignerInfo(
+            version: si.version, issuerDER: si.issuer.map { der[$0] }, serialNumber: si.serial.map { der[$0] },
+            subjectKeyIdentifier: si.ski.map { der[$0] }, digestAlgorithm: Self.algorithm(der, si.digest),
+            signedAttributesDER: attrsDER,
+            signedAttributes: si.attributes.map { (OID(der: der[$0.type]), $0.values.map { der[$0] }) },
+            signatureAlgorithm: Self.algorithm(der, si.signatureAlgorithm), signature: der[si.signature])
+    }
+
+    /// Checks the inside of every certificate by DER's rules (before they are parsed as X.509 certificates).
+    public func validateCertificates() throws(VerificationError) {
+        try der.withUnsafeBufferPointer { (b) throws(VerificationError) in
+            for (i, c) in certificates.enumerated() {
+                // Certificates sit at depth 5: ContentInfo, [0], SignedData, [0] certificates, Certificate.
+                do throws(StrictDER.Failure) {
+                    let e = try StrictDER.element(b, at: c.startIndex, limit: c.endIndex, depth: 5)
+                    try StrictDER.validate(e, in: b)
+                } catch {
+                    throw Self.fail(error, "certificate \(i) of the SignedData")
+                }
             }
-            throw Self.fail("receipt is not strict DER ASN.1: \(error)")
         }
+    }
+
+    // MARK: - The walk (ranges into the input)
+
+    struct AlgorithmRanges {
+        var oid: Range<Int>
+        var parameters: Range<Int>?
+    }
+
+    struct SignerRanges {
+        var version: Int
+        var issuer: Range<Int>?
+        var serial: Range<Int>?
+        var ski: Range<Int>?
+        var digest: AlgorithmRanges
+        var signedAttributes: Range<Int>?
+        var attributes: [(type: Range<Int>, values: [Range<Int>])]
+        var signatureAlgorithm: AlgorithmRanges
+        var signature: Range<Int>
+    }
+
+    struct Ranges {
+        var version: Int
+        var digestAlgorithms: [AlgorithmRanges]
+        var content: Range<Int>
+        var certificates: [Range<Int>]
+        var certificateSet: Range<Int>
+        var signer: SignerRanges
+    }
+
+    static func algorithm(_ der: [UInt8], _ r: AlgorithmRanges) -> AlgorithmIdentifier {
+        AlgorithmIdentifier(oid: OID(der: der[r.oid]), parameters: r.parameters.map { der[$0] })
+    }
+
+    /// A cursor with the name of the level it reads, for the failure details.
+    struct Level {
+        var cursor: StrictDER.Cursor
+        let what: String
+
+        mutating func next() throws(VerificationError) -> Element? {
+            do { return try cursor.next() } catch { throw PKCS7SignedData.fail(error, "an element of \(what)") }
+        }
+
+        func end() throws(VerificationError) {
+            if !cursor.isAtEnd { throw PKCS7SignedData.fail("\(what) has unexpected trailing elements") }
+        }
+    }
+
+    static func walk(_ b: Bytes) throws(VerificationError) -> Ranges {
+        let root: Element
+        do { root = try StrictDER.root(b) } catch { throw fail(error, "receipt") }
         // ContentInfo ::= SEQUENCE { contentType OID, content [0] EXPLICIT ANY }
-        var top = try Self.children(root, .sequence, "ContentInfo")
-        let ct = try Self.oid(top.next(), "ContentInfo.contentType")
-        guard ct == Self.signedDataOID else {
-            throw Self.fail("ContentInfo content type is \(ct), not signedData (1.2.840.113549.1.7.2)")
+        var top = try children(b, root, .sequence, "ContentInfo")
+        let ct = try oid(b, top.next(), "ContentInfo.contentType")
+        guard matches(b, ct, signedDataOID) else {
+            throw fail("ContentInfo content type is \(OID(der: Array(b[ct])[...])), not signedData (1.2.840.113549.1.7.2)")
         }
-        var explicit = try Self.children(top.next(), Self.tag0, "ContentInfo.content [0]")
-        try Self.end(&top, "ContentInfo")
-        let sdNode = explicit.next()
-        try Self.end(&explicit, "ContentInfo.content [0]")
+        var explicit = try children(b, top.next(), .context0, "ContentInfo.content [0]")
+        try top.end()
+        let sdNode = try explicit.next()
+        try explicit.end()
 
         // SignedData ::= SEQUENCE { version, digestAlgorithms SET, encapContentInfo, [0] certificates, [1] crls,
         //                           signerInfos SET }
-        var sd = try Self.children(sdNode, .sequence, "SignedData")
-        self.version = try Self.smallInt(sd.next(), "SignedData.version")
-        guard (1...5).contains(version) else { throw Self.fail("SignedData version \(version) is not 1...5") }
-        var algs = try Self.children(sd.next(), .set, "SignedData.digestAlgorithms")
-        var digestAlgorithms: [AlgorithmIdentifier] = []
-        while let n = algs.next() {
-            if digestAlgorithms.count >= 8 { throw Self.fail("more than 8 digest algorithms") }
-            digestAlgorithms.append(try Self.algorithm(n, "SignedData.digestAlgorithms"))
+        var sd = try children(b, sdNode, .sequence, "SignedData")
+        let version = try smallInt(b, sd.next(), "SignedData.version")
+        guard (1...5).contains(version) else { throw fail("SignedData version \(version) is not 1...5") }
+        var algs = try children(b, sd.next(), .set, "SignedData.digestAlgorithms")
+        var digestAlgorithms: [AlgorithmRanges] = []
+        while let n = try algs.next() {
+            if digestAlgorithms.count >= 8 { throw fail("more than 8 digest algorithms") }
+            digestAlgorithms.append(try algorithm(b, n, "SignedData.digestAlgorithms"))
         }
-        self.digestAlgorithms = digestAlgorithms
 
         // EncapsulatedContentInfo ::= SEQUENCE { eContentType OID, eContent [0] EXPLICIT OCTET STRING OPTIONAL }
-        var eci = try Self.children(sd.next(), .sequence, "encapContentInfo")
-        self.contentType = try Self.oid(eci.next(), "encapContentInfo.eContentType")
-        guard contentType == Self.dataOID else {
-            throw Self.fail("signed content type is \(contentType), not id-data (1.2.840.113549.1.7.1)")
+        var eci = try children(b, sd.next(), .sequence, "encapContentInfo")
+        let ect = try oid(b, eci.next(), "encapContentInfo.eContentType")
+        guard matches(b, ect, dataOID) else {
+            throw fail("signed content type is \(OID(der: Array(b[ect])[...])), not id-data (1.2.840.113549.1.7.1)")
         }
-        guard let eContentNode = eci.next() else {
-            throw Self.fail("the SignedData has no embedded content (detached signatures are not receipts)")
+        guard let eContentNode = try eci.next() else {
+            throw fail("the SignedData has no embedded content (detached signatures are not receipts)")
         }
-        var eContentWrap = try Self.children(eContentNode, Self.tag0, "eContent [0]")
-        self.content = try Self.primitive(eContentWrap.next(), .octetString, "eContent OCTET STRING")
-        try Self.end(&eContentWrap, "eContent [0]")
-        try Self.end(&eci, "encapContentInfo")
+        var eContentWrap = try children(b, eContentNode, .context0, "eContent [0]")
+        let content = try primitive(eContentWrap.next(), .octetString, "eContent OCTET STRING")
+        try eContentWrap.end()
+        try eci.end()
 
         // Optional [0] IMPLICIT certificates and [1] IMPLICIT crls, then the signerInfos SET.
-        var next = sd.next()
-        var certificates: [[UInt8]] = []
-        var certificateSetDER: [UInt8] = []
-        if let n = next, n.identifier == Self.tag0 {
-            guard case .constructed(let certs) = n.content else { throw Self.fail("certificates [0] is not constructed") }
-            for c in certs {
-                if certificates.count >= Self.maxCertificates {
-                    throw Self.fail("more than \(Self.maxCertificates) certificates in the SignedData")
+        var next = try sd.next()
+        var certificates: [Range<Int>] = []
+        var certificateSet = 0..<0
+        if let n = next, n.tag == .context0 {
+            guard n.isConstructed else { throw fail("certificates [0] is not constructed") }
+            var certs = StrictDER.children(n, in: b)
+            while true {
+                let c: Element?
+                do { c = try certs.next() } catch { throw fail(error, "the certificate set") }
+                guard let c else { break }
+                if certificates.count >= maxCertificates {
+                    throw fail("more than \(maxCertificates) certificates in the SignedData")
                 }
-                guard c.identifier == .sequence else {
-                    throw Self.fail("a certificates entry is not an X.509 Certificate (attribute certificates are not supported)")
+                guard c.tag == .sequence else {
+                    throw fail("a certificates entry is not an X.509 Certificate (attribute certificates are not supported)")
                 }
-                certificates.append(Array(c.encodedBytes))
+                certificates.append(c.encoded)
             }
-            certificateSetDER = Array(n.encodedBytes)
-            next = sd.next()
+            certificateSet = n.encoded
+            next = try sd.next()
         }
-        if let n = next, n.identifier == Self.tag1 { next = sd.next() }  // CRLs: not used for receipts.
-        self.certificates = certificates
-        self.certificateSetDER = certificateSetDER
-
-        var signers = try Self.children(next, .set, "SignedData.signerInfos")
-        try Self.end(&sd, "SignedData")
-        guard let signerNode = signers.next() else { throw Self.fail("the SignedData has no SignerInfo") }
-        if signers.next() != nil { throw Self.fail("the SignedData has more than one SignerInfo; a receipt has exactly one") }
-        self.signerInfo = try Self.signer(signerNode)
+        if let n = next, n.tag == .context1 {  // CRLs: not used for receipts, but DER all the same.
+            try validate(b, n, "crls [1]")
+            next = try sd.next()
+        }
+        var signers = try children(b, next, .set, "SignedData.signerInfos")
+        try sd.end()
+        guard let signerNode = try signers.next() else { throw fail("the SignedData has no SignerInfo") }
+        if try signers.next() != nil { throw fail("the SignedData has more than one SignerInfo; a receipt has exactly one") }
+        return Ranges(
+            version: version, digestAlgorithms: digestAlgorithms, content: content, certificates: certificates,
+            certificateSet: certificateSet, signer: try signer(b, signerNode))
     }
 
     // MARK: - SignerInfo
 
-    static func signer(_ node: ASN1Node) throws(VerificationError) -> SignerInfo {
+    static func signer(_ b: Bytes, _ node: Element) throws(VerificationError) -> SignerRanges {
         // SignerInfo ::= SEQUENCE { version, sid, digestAlgorithm, [0] signedAttrs OPTIONAL, signatureAlgorithm,
         //                           signature OCTET STRING, [1] unsignedAttrs OPTIONAL }
-        var s = try children(node, .sequence, "SignerInfo")
-        let version = try smallInt(s.next(), "SignerInfo.version")
-        var issuerDER: [UInt8]?
-        var serial: [UInt8]?
-        var ski: [UInt8]?
-        guard let sid = s.next() else { throw fail("SignerInfo has no sid") }
-        if sid.identifier == .sequence {
-            var ias = try children(sid, .sequence, "SignerInfo.sid")
-            guard let issuer = ias.next(), issuer.identifier == .sequence else {
+        var s = try children(b, node, .sequence, "SignerInfo")
+        let version = try smallInt(b, s.next(), "SignerInfo.version")
+        var issuer: Range<Int>?
+        var serial: Range<Int>?
+        var ski: Range<Int>?
+        guard let sid = try s.next() else { throw fail("SignerInfo has no sid") }
+        if sid.tag == .sequence {
+            var ias = try children(b, sid, .sequence, "SignerInfo.sid")
+            guard let name = try ias.next(), name.tag == .sequence else {
                 throw fail("SignerInfo.sid issuer is not a Name")
             }
-            issuerDER = Array(issuer.encodedBytes)
+            try validate(b, name, "SignerInfo.sid issuer")
+            issuer = name.encoded
             serial = try primitive(ias.next(), .integer, "SignerInfo.sid serialNumber")
-            try end(&ias, "SignerInfo.sid")
-        } else if sid.identifier == tag0 {
-            guard case .primitive(let bytes) = sid.content else { throw fail("SignerInfo.sid [0] is not primitive") }
-            ski = Array(bytes)
+            try ias.end()
+        } else if sid.tag == .context0 {
+            guard !sid.isConstructed else { throw fail("SignerInfo.sid [0] is not primitive") }
+            ski = sid.content
         } else {
             throw fail("SignerInfo.sid is neither IssuerAndSerialNumber nor SubjectKeyIdentifier")
         }
-        let digest = try algorithm(s.next(), "SignerInfo.digestAlgorithm")
-        var n = s.next()
-        var attrsDER: [UInt8]?
-        var attrs: [(ASN1ObjectIdentifier, [[UInt8]])] = []
-        if let a = n, a.identifier == tag0 {
-            guard case .constructed(let items) = a.content else { throw fail("signedAttrs [0] is not constructed") }
-            for item in items {
+        let digest = try algorithm(b, s.next(), "SignerInfo.digestAlgorithm")
+        var n = try s.next()
+        var attrsRange: Range<Int>?
+        var attrs: [(type: Range<Int>, values: [Range<Int>])] = []
+        if let a = n, a.tag == .context0 {
+            guard a.isConstructed else { throw fail("signedAttrs [0] is not constructed") }
+            var items = Level(cursor: StrictDER.children(a, in: b), what: "signedAttrs [0]")
+            while let item = try items.next() {
                 if attrs.count >= maxSignedAttributes { throw fail("more than \(maxSignedAttributes) signed attributes") }
-                var attr = try children(item, .sequence, "signed attribute")
-                let type = try oid(attr.next(), "signed attribute type")
-                var values = try children(attr.next(), .set, "signed attribute values")
-                try end(&attr, "signed attribute")
-                var vs: [[UInt8]] = []
-                while let v = values.next() { vs.append(Array(v.encodedBytes)) }
+                var attr = try children(b, item, .sequence, "signed attribute")
+                let type = try oid(b, attr.next(), "signed attribute type")
+                let valuesNode = try attr.next()
+                var values = try children(b, valuesNode, .set, "signed attribute values")
+                try attr.end()
+                var vs: [Range<Int>] = []
+                while let v = try values.next() {
+                    try validate(b, v, "a signed attribute value")
+                    vs.append(v.encoded)
+                }
                 attrs.append((type, vs))
             }
-            // The signature covers the DER of the attributes with the SET OF tag, not the [0] IMPLICIT tag.
-            var bytes = Array(a.encodedBytes)
-            bytes[0] = 0x31
-            attrsDER = bytes
-            n = s.next()
+            attrsRange = a.encoded
+            n = try s.next()
         }
-        let sigAlg = try algorithm(n, "SignerInfo.signatureAlgorithm")
+        let sigAlg = try algorithm(b, n, "SignerInfo.signatureAlgorithm")
         let signature = try primitive(s.next(), .octetString, "SignerInfo.signature")
-        if let u = s.next(), u.identifier != tag1 { throw fail("unexpected element after SignerInfo.signature") }
-        try end(&s, "SignerInfo")
-        return SignerInfo(
-            version: version, issuerDER: issuerDER, serialNumber: serial, subjectKeyIdentifier: ski,
-            digestAlgorithm: digest, signedAttributesDER: attrsDER, signedAttributes: attrs,
-            signatureAlgorithm: sigAlg, signature: signature)
+        if let u = try s.next() {
+            if u.tag != .context1 { throw fail("unexpected element after SignerInfo.signature") }
+            try validate(b, u, "SignerInfo.unsignedAttrs")
+        }
+        try s.end()
+        return SignerRanges(
+            version: version, issuer: issuer, serial: serial, ski: ski, digest: digest, signedAttributes: attrsRange,
+            attributes: attrs, signatureAlgorithm: sigAlg, signature: signature)
     }
 
-    // MARK: - Node helpers
+    // MARK: - Element helpers
 
     static func children(
-        _ node: ASN1Node?, _ id: ASN1Identifier, _ what: String
-    ) throws(VerificationError) -> ASN1NodeCollection.Iterator {
+        _ b: Bytes, _ node: Element?, _ tag: Tag, _ what: String
+    ) throws(VerificationError) -> Level {
         guard let node else { throw fail("\(what) is missing") }
-        guard node.identifier == id else { throw fail("\(what) has tag \(node.identifier), expected \(id)") }
-        guard case .constructed(let c) = node.content else { throw fail("\(what) is not constructed") }
-        return c.makeIterator()
+        guard node.tag == tag else { throw fail("\(what) has tag \(node.tag), expected \(tag)") }
+        guard node.isConstructed else { throw fail("\(what) is not constructed") }
+        return Level(cursor: StrictDER.children(node, in: b), what: what)
     }
 
-    static func end(_ it: inout ASN1NodeCollection.Iterator, _ what: String) throws(VerificationError) {
-        if it.next() != nil { throw fail("\(what) has unexpected trailing elements") }
+    static func validate(_ b: Bytes, _ node: Element, _ what: @autoclosure () -> String) throws(VerificationError) {
+        do { try StrictDER.validate(node, in: b) } catch { throw fail(error, what()) }
     }
 
-    static func primitive(_ node: ASN1Node?, _ id: ASN1Identifier, _ what: String) throws(VerificationError) -> [UInt8] {
+    static func primitive(_ node: Element?, _ tag: Tag, _ what: String) throws(VerificationError) -> Range<Int> {
         guard let node else { throw fail("\(what) is missing") }
-        guard node.identifier == id else { throw fail("\(what) has tag \(node.identifier), expected \(id)") }
-        guard case .primitive(let bytes) = node.content else { throw fail("\(what) is not primitive") }
-        return Array(bytes)
+        guard node.tag == tag else { throw fail("\(what) has tag \(node.tag), expected \(tag)") }
+        guard !node.isConstructed else { throw fail("\(what) is not primitive") }
+        return node.content
     }
 
-    static func oid(_ node: ASN1Node?, _ what: String) throws(VerificationError) -> ASN1ObjectIdentifier {
-        guard let node else { throw fail("\(what) is missing") }
-        do { return try ASN1ObjectIdentifier(derEncoded: node) } catch {
-            throw fail("\(what) is not an OBJECT IDENTIFIER: \(error)")
-        }
+    static func matches(_ b: Bytes, _ r: Range<Int>, _ oid: OID) -> Bool {
+        r.count == oid.der.count && b[r].elementsEqual(oid.der)
     }
 
-    static func smallInt(_ node: ASN1Node?, _ what: String) throws(VerificationError) -> Int {
-        guard let node else { throw fail("\(what) is missing") }
-        do {
-            let v = try Int(derEncoded: node)
-            return v
-        } catch {
-            throw fail("\(what) is not a small INTEGER: \(error)")
-        }
+    /// An OBJECT IDENTIFIER element's whole encoding.
+    static func oid(_ b: Bytes, _ node: Element?, _ what: String) throws(VerificationError) -> Range<Int> {
+        let content = try primitive(node, .objectIdentifier, what)
+        guard StrictDER.isValidOID(b, content) else { throw fail("\(what) is not a valid OBJECT IDENTIFIER") }
+        return node!.encoded
     }
 
-    static func algorithm(_ node: ASN1Node?, _ what: String) throws(VerificationError) -> AlgorithmIdentifier {
-        var a = try children(node, .sequence, what)
-        let o = try oid(a.next(), "\(what).algorithm")
-        let params = a.next().map { Array($0.encodedBytes) }
-        try end(&a, what)
-        return AlgorithmIdentifier(oid: o, parameters: params)
+    static func smallInt(_ b: Bytes, _ node: Element?, _ what: String) throws(VerificationError) -> Int {
+        let content = try primitive(node, .integer, what)
+        guard let v = StrictDER.int64(b, content) else { throw fail("\(what) is not a small INTEGER") }
+        return Int(v)
+    }
+
+    static func algorithm(_ b: Bytes, _ node: Element?, _ what: String) throws(VerificationError) -> AlgorithmRanges {
+        var a = try children(b, node, .sequence, what)
+        let o = try oid(b, a.next(), "\(what).algorithm")
+        let params = try a.next()
+        if let params { try validate(b, params, "\(what).parameters") }
+        try a.end()
+        return AlgorithmRanges(oid: o, parameters: params?.encoded)
     }
 }

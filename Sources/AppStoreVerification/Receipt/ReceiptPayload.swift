@@ -1,5 +1,3 @@
-import SwiftASN1
-
 /// One in-app purchase entry of an app receipt (field 17), names as in Apple's JWS transactions.
 public struct AppReceiptInApp: Sendable, Hashable {
     public var transactionId: String?
@@ -54,6 +52,8 @@ public struct AppReceipt: Sendable, Hashable {
     public var receiptCreationDate: Int64?
     public var receiptExpirationDate: Int64?
     public var inApp: [AppReceiptInApp] = []
+    /// nil for an app receipt; `transactionReceipt` for a StoreKit 1 transaction receipt (one entry).
+    public var form: String?
 
     public static let maxAttributes = 100_000
     public static let maxInAppEntries = 20_000
@@ -81,121 +81,141 @@ public struct AppReceipt: Sendable, Hashable {
         if let receiptCreationDate { o["receiptCreationDate"] = .integer(receiptCreationDate) }
         if let receiptExpirationDate { o["receiptExpirationDate"] = .integer(receiptExpirationDate) }
         o["inApp"] = .array(inApp.map(\.json))
+        if let form { o["form"] = .string(form) }
         return .object(o)
     }
 
     static func fail(_ detail: String) -> VerificationError { VerificationError(.malformedReceipt, detail) }
 
-    /// The attribute count of one receipt parse (bounded by `maxAttributes` over the receipt and its entries).
-    final class Budget {
-        var n = 0
-    }
+    typealias Bytes = UnsafeBufferPointer<UInt8>
 
     /// Parses the receipt content (strict DER). Unknown attribute types are ignored, as Apple documents.
-    public init(content: [UInt8]) throws(VerificationError) {
-        let count = Budget()
-        try Self.attributes(content, "receipt payload", count: count) { (type, value) throws(VerificationError) in
-            switch type {
-            case 0: self.receiptType = try Self.string(value, "field 0 (receipt type)")
-            case 1: self.appAppleId = try Self.integer(value, "field 1 (app item id)")
-            case 2: self.bundleId = try Self.string(value, "field 2 (bundle id)")
-            case 3: self.applicationVersion = try Self.string(value, "field 3 (application version)")
-            case 12: self.receiptCreationDate = try Self.date(value, "field 12 (receipt creation date)")
-            case 19: self.originalApplicationVersion = try Self.string(value, "field 19 (original application version)")
-            case 21: self.receiptExpirationDate = try Self.date(value, "field 21 (receipt expiration date)")
-            case 17:
-                if self.inApp.count >= Self.maxInAppEntries {
-                    throw Self.fail("more than \(Self.maxInAppEntries) in-app entries")
+    public init(content: [UInt8]) throws(VerificationError) { try self.init(content: content[...]) }
+
+    /// Parses the receipt content (strict DER) in place: a walk over the attribute SET and its in-app entries
+    /// (`StrictDER`), no node tree, no copies, dates parsed from the bytes. Unknown attribute types are ignored, as
+    /// Apple documents; at most `maxAttributes` attributes over the receipt and its entries.
+    public init(content: ArraySlice<UInt8>) throws(VerificationError) {
+        self.init()
+        var receipt = self
+        try content.withUnsafeBufferPointer { (b) throws(VerificationError) in
+            var count = 0
+            try Self.attributes(b, 0..<b.count, "receipt payload", count: &count) { (type, v, count) throws(VerificationError) in
+                switch type {
+                case 0: receipt.receiptType = try Self.string(b, v, "field 0 (receipt type)")
+                case 1: receipt.appAppleId = try Self.integer(b, v, "field 1 (app item id)")
+                case 2: receipt.bundleId = try Self.string(b, v, "field 2 (bundle id)")
+                case 3: receipt.applicationVersion = try Self.string(b, v, "field 3 (application version)")
+                case 12: receipt.receiptCreationDate = try Self.date(b, v, "field 12 (receipt creation date)")
+                case 19: receipt.originalApplicationVersion = try Self.string(b, v, "field 19 (original application version)")
+                case 21: receipt.receiptExpirationDate = try Self.date(b, v, "field 21 (receipt expiration date)")
+                case 17:
+                    if receipt.inApp.count >= Self.maxInAppEntries {
+                        throw Self.fail("more than \(Self.maxInAppEntries) in-app entries")
+                    }
+                    receipt.inApp.append(try Self.inAppEntry(b, v, index: receipt.inApp.count, count: &count))
+                default: break
                 }
-                self.inApp.append(try Self.inAppEntry(value, index: self.inApp.count, count: count))
-            default: break
             }
         }
+        self = receipt
     }
 
-    static func inAppEntry(_ bytes: [UInt8], index: Int, count: Budget) throws(VerificationError) -> AppReceiptInApp {
+    static func inAppEntry(_ b: Bytes, _ r: Range<Int>, index: Int, count: inout Int) throws(VerificationError) -> AppReceiptInApp {
         var e = AppReceiptInApp()
-        try attributes(bytes, "in_app[\(index)]", count: count) { (type, v) throws(VerificationError) in
+        try attributes(b, r, "in_app[\(index)]", count: &count) { (type, v, _) throws(VerificationError) in
             switch type {
-            case 1701: e.quantity = try integer(v, "in_app[\(index)] field 1701 (quantity)")
-            case 1702: e.productId = try string(v, "in_app[\(index)] field 1702 (product id)")
-            case 1703: e.transactionId = try string(v, "in_app[\(index)] field 1703 (transaction id)")
-            case 1704: e.purchaseDate = try date(v, "in_app[\(index)] field 1704 (purchase date)")
-            case 1705: e.originalTransactionId = try string(v, "in_app[\(index)] field 1705 (original transaction id)")
-            case 1706: e.originalPurchaseDate = try date(v, "in_app[\(index)] field 1706 (original purchase date)")
-            case 1707: e.productType = try integer(v, "in_app[\(index)] field 1707 (product type)")
-            case 1708: e.expiresDate = try date(v, "in_app[\(index)] field 1708 (expires date)")
-            case 1711: e.webOrderLineItemId = try integer(v, "in_app[\(index)] field 1711 (web order line item id)")
-            case 1712: e.cancellationDate = try date(v, "in_app[\(index)] field 1712 (cancellation date)")
-            case 1713: e.isTrialPeriod = try integer(v, "in_app[\(index)] field 1713 (is trial period)").map { $0 != 0 }
-            case 1719: e.isInIntroOfferPeriod = try integer(v, "in_app[\(index)] field 1719 (intro offer period)").map { $0 != 0 }
-            case 1721: e.promotionalOfferId = try string(v, "in_app[\(index)] field 1721 (promotional offer id)")
+            case 1701: e.quantity = try integer(b, v, "in_app[\(index)] field 1701 (quantity)")
+            case 1702: e.productId = try string(b, v, "in_app[\(index)] field 1702 (product id)")
+            case 1703: e.transactionId = try string(b, v, "in_app[\(index)] field 1703 (transaction id)")
+            case 1704: e.purchaseDate = try date(b, v, "in_app[\(index)] field 1704 (purchase date)")
+            case 1705: e.originalTransactionId = try string(b, v, "in_app[\(index)] field 1705 (original transaction id)")
+            case 1706: e.originalPurchaseDate = try date(b, v, "in_app[\(index)] field 1706 (original purchase date)")
+            case 1707: e.productType = try integer(b, v, "in_app[\(index)] field 1707 (product type)")
+            case 1708: e.expiresDate = try date(b, v, "in_app[\(index)] field 1708 (expires date)")
+            case 1711: e.webOrderLineItemId = try integer(b, v, "in_app[\(index)] field 1711 (web order line item id)")
+            case 1712: e.cancellationDate = try date(b, v, "in_app[\(index)] field 1712 (cancellation date)")
+            case 1713: e.isTrialPeriod = try integer(b, v, "in_app[\(index)] field 1713 (is trial period)").map { $0 != 0 }
+            case 1719: e.isInIntroOfferPeriod = try integer(b, v, "in_app[\(index)] field 1719 (intro offer period)").map { $0 != 0 }
+            case 1721: e.promotionalOfferId = try string(b, v, "in_app[\(index)] field 1721 (promotional offer id)")
             default: break
             }
         }
         return e
     }
 
-    /// Walks a DER `SET OF SEQUENCE { type INTEGER, version INTEGER, value OCTET STRING }`.
-    static func attributes(
-        _ bytes: [UInt8], _ what: @autoclosure () -> String, count: Budget,
-        _ body: (Int, [UInt8]) throws(VerificationError) -> Void
-    ) throws(VerificationError) {
-        let root: ASN1Node
-        do { root = try DER.parse(bytes) } catch { throw fail("\(what()) is not strict DER ASN.1: \(error)") }
-        guard root.identifier == .set, case .constructed(let items) = root.content else {
-            throw fail("\(what()) is not an ASN.1 SET of attributes")
-        }
-        for item in items {
-            count.n += 1
-            if count.n > maxAttributes { throw fail("more than \(maxAttributes) receipt attributes") }
-            guard item.identifier == .sequence, case .constructed(let fields) = item.content else {
-                throw fail("\(what()): an attribute is not a SEQUENCE")
-            }
-            var it = fields.makeIterator()
-            let type: Int
-            do {
-                guard let t = it.next() else { throw fail("\(what()): an attribute has no type") }
-                type = try Int(derEncoded: t)
-                guard let ver = it.next() else { throw fail("\(what()): attribute \(type) has no version") }
-                _ = try Int(derEncoded: ver)
-            } catch let e as VerificationError {
-                throw e
-            } catch {
-                throw fail("\(what()): an attribute's type or version is not an INTEGER")
-            }
-            guard let value = it.next(), value.identifier == .octetString, case .primitive(let v) = value.content else {
-                throw fail("\(what()): attribute \(type) has no OCTET STRING value")
-            }
-            if it.next() != nil { throw fail("\(what()): attribute \(type) has trailing elements") }
-            try body(type, Array(v))
-        }
+    /// The one element making up `r` (a value must be exactly one DER element), as a root.
+    static func node(_ b: Bytes, _ r: Range<Int>, _ what: @autoclosure () -> String) throws(VerificationError) -> StrictDER.Element {
+        do { return try StrictDER.root(b, r) } catch { throw fail("\(what()) is not strict DER ASN.1: \(error)") }
     }
 
-    static func node(_ bytes: [UInt8], _ what: @autoclosure () -> String) throws(VerificationError) -> ASN1Node {
-        do { return try DER.parse(bytes) } catch { throw fail("\(what()) is not strict DER ASN.1: \(error)") }
+    /// Walks a DER `SET OF SEQUENCE { type INTEGER, version INTEGER, value OCTET STRING }` making up `r`; `body` gets
+    /// each attribute's type, the range of its value's content, and the attribute count (for nested SETs).
+    static func attributes(
+        _ b: Bytes, _ r: Range<Int>, _ what: @autoclosure () -> String, count: inout Int,
+        _ body: (Int, Range<Int>, inout Int) throws(VerificationError) -> Void
+    ) throws(VerificationError) {
+        let root = try node(b, r, what())
+        guard root.tag == .set, root.isConstructed else { throw fail("\(what()) is not an ASN.1 SET of attributes") }
+        var items = StrictDER.children(root, in: b)
+        while true {
+            let item: StrictDER.Element?
+            do { item = try items.next() } catch { throw fail("\(what()) is not strict DER ASN.1: \(error)") }
+            guard let item else { break }
+            count += 1
+            if count > maxAttributes { throw fail("more than \(maxAttributes) receipt attributes") }
+            guard item.tag == .sequence, item.isConstructed else { throw fail("\(what()): an attribute is not a SEQUENCE") }
+            var fields = StrictDER.children(item, in: b)
+            func field() throws(VerificationError) -> StrictDER.Element? {
+                do { return try fields.next() } catch { throw fail("\(what()) is not strict DER ASN.1: \(error)") }
+            }
+            guard let t = try field() else { throw fail("\(what()): an attribute has no type") }
+            guard t.tag == .integer, !t.isConstructed, let type = StrictDER.int64(b, t.content) else {
+                throw fail("\(what()): an attribute's type is not an INTEGER")
+            }
+            guard let ver = try field() else { throw fail("\(what()): attribute \(type) has no version") }
+            guard ver.tag == .integer, !ver.isConstructed, StrictDER.int64(b, ver.content) != nil else {
+                throw fail("\(what()): attribute \(type)'s version is not an INTEGER")
+            }
+            guard let value = try field(), value.tag == .octetString, !value.isConstructed else {
+                throw fail("\(what()): attribute \(type) has no OCTET STRING value")
+            }
+            if try field() != nil { throw fail("\(what()): attribute \(type) has trailing elements") }
+            try body(Int(type), value.content, &count)
+        }
     }
 
     /// A UTF8String / IA5String / PrintableString value.
-    static func string(_ bytes: [UInt8], _ what: @autoclosure () -> String) throws(VerificationError) -> String {
-        let n = try node(bytes, what())
-        guard n.identifier == .utf8String || n.identifier == .ia5String || n.identifier == .printableString,
-            case .primitive(let p) = n.content
-        else { throw fail("\(what()) is not a string (tag \(n.identifier))") }
-        guard let s = String(validating: p, as: UTF8.self) else { throw fail("\(what()) is not valid UTF-8") }
+    static func string(_ b: Bytes, _ r: Range<Int>, _ what: @autoclosure () -> String) throws(VerificationError) -> String {
+        let n = try node(b, r, what())
+        guard n.tag == .utf8String || n.tag == .ia5String || n.tag == .printableString, !n.isConstructed else {
+            throw fail("\(what()) is not a string (tag \(n.tag))")
+        }
+        guard let s = String(validating: UnsafeBufferPointer(rebasing: b[n.content]), as: UTF8.self) else {
+            throw fail("\(what()) is not valid UTF-8")
+        }
         return s
     }
 
-    static func integer(_ bytes: [UInt8], _ what: @autoclosure () -> String) throws(VerificationError) -> Int64? {
-        let n = try node(bytes, what())
-        do { return try Int64(derEncoded: n) } catch { throw fail("\(what()) is not a 64-bit INTEGER") }
+    static func integer(_ b: Bytes, _ r: Range<Int>, _ what: @autoclosure () -> String) throws(VerificationError) -> Int64? {
+        let n = try node(b, r, what())
+        guard n.tag == .integer, !n.isConstructed, let v = StrictDER.int64(b, n.content) else {
+            throw fail("\(what()) is not a 64-bit INTEGER")
+        }
+        return v
     }
 
-    /// An IA5String RFC 3339 date; empty = absent.
-    static func date(_ bytes: [UInt8], _ what: @autoclosure () -> String) throws(VerificationError) -> Int64? {
-        let s = try string(bytes, what())
-        if s.isEmpty { return nil }
-        guard let ms = ReceiptDate.parse(s) else { throw fail("\(what()) is not an RFC 3339 date: \(s)") }
+    /// An IA5String (or UTF8String) RFC 3339 date; empty = absent.
+    static func date(_ b: Bytes, _ r: Range<Int>, _ what: @autoclosure () -> String) throws(VerificationError) -> Int64? {
+        let n = try node(b, r, what())
+        guard n.tag == .utf8String || n.tag == .ia5String || n.tag == .printableString, !n.isConstructed else {
+            throw fail("\(what()) is not a string (tag \(n.tag))")
+        }
+        let text = UnsafeBufferPointer(rebasing: b[n.content])
+        if text.isEmpty { return nil }
+        guard let ms = ReceiptDate.parse(text) else {
+            throw fail("\(what()) is not an RFC 3339 date: \(String(decoding: text, as: UTF8.self))")
+        }
         return ms
     }
 }
@@ -203,7 +223,12 @@ public struct AppReceipt: Sendable, Hashable {
 /// RFC 3339 dates as receipts write them: `2015-08-13T07:50:46Z`, optional fraction, `Z` or `±hh:mm` / `±hhmm`.
 enum ReceiptDate {
     static func parse(_ s: String) -> Int64? {
-        let b = Array(s.utf8)
+        var s = s
+        return s.withUTF8 { parse($0) }
+    }
+
+    /// The same from the bytes (ASCII; anything else fails).
+    static func parse(_ b: UnsafeBufferPointer<UInt8>) -> Int64? {
         func num(_ i: Int, _ n: Int) -> Int? {
             guard i + n <= b.count else { return nil }
             var v = 0
@@ -246,7 +271,12 @@ enum ReceiptDate {
             return nil
         }
         guard i == b.count else { return nil }
-        // Days from civil (Howard Hinnant's algorithm).
+        return epochMillis(year: y, month: mo, day: d, hour: h, minute: mi, second: se) - Int64(offset) * 1000
+            + Int64(millis)
+    }
+
+    /// Milliseconds since the epoch of a UTC civil time (days from civil: Howard Hinnant's algorithm).
+    static func epochMillis(year y: Int, month mo: Int, day d: Int, hour h: Int, minute mi: Int, second se: Int) -> Int64 {
         let yy = mo <= 2 ? y - 1 : y
         let era = (yy >= 0 ? yy : yy - 399) / 400
         let yoe = yy - era * 400
@@ -254,7 +284,7 @@ enum ReceiptDate {
         let doy = (153 * mp + 2) / 5 + d - 1
         let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
         let days = era * 146097 + doe - 719468
-        let secs = Int64(days) * 86400 + Int64(h * 3600 + mi * 60 + se) - Int64(offset)
-        return secs * 1000 + Int64(millis)
+        let secs = Int64(days) * 86400 + Int64(h * 3600 + mi * 60 + se)
+        return secs * 1000
     }
 }

@@ -28,10 +28,12 @@ extension SignedDataVerifier {
             throw VerificationError(
                 .payloadTooLarge, "receipt is \(input.count) bytes; the limit is \(policy.maxReceiptBytes) bytes")
         }
+        // One pass in the usual case (one line, no whitespace); whitespace is removed only when decoding fails.
+        if let der = Base64.decodeStandard(input) { return try verifyAppReceipt(der: der) }
         var compact: [UInt8] = []
         compact.reserveCapacity(input.count)
         for c in input where !Self.isSpace(c) { compact.append(c) }
-        guard let der = compact.withUnsafeBufferPointer({ Base64.decodeStandard($0) }) else {
+        guard compact.count != input.count, let der = compact.withUnsafeBufferPointer({ Base64.decodeStandard($0) }) else {
             throw VerificationError(.malformedReceipt, "receipt is not valid padded standard base64")
         }
         return try verifyAppReceipt(der: der)
@@ -58,6 +60,7 @@ extension SignedDataVerifier {
         }
         let env = receipt.environment
         if env.isUnsigned {
+            try signed.validateCertificates()
             if !policy.allowUnsignedEnvironments {
                 throw VerificationError(
                     .unsignedEnvironmentRefused,
@@ -67,16 +70,7 @@ extension SignedDataVerifier {
             return VerifiedAppReceipt(payload: receipt)
         }
 
-        let chain = try receiptChain(signed, validationTime: validationTime)
-        if !chain.isValid(atMillis: validationTime) {
-            throw VerificationError(
-                .certificateNotValidAtTime,
-                "validation time \(Self.iso(validationTime)) is outside the chain's validity "
-                    + "[\(Self.iso(chain.notBeforeMillis)), \(Self.iso(chain.notAfterMillis))]")
-        }
-        guard let key = chain.leafCertificateKey else {
-            throw VerificationError(.untrustedChain, "the cached chain has no signer key")
-        }
+        let key = try Self.signerKey(try receiptChain(signed, validationTime: validationTime), at: validationTime)
         try Self.checkReceiptSignature(signed, key: key)
         // Revocation (opt-in), as for JWS chains: only once the signature verified.
         if let revocation { try revocation.check(chain) }
@@ -105,26 +99,33 @@ extension SignedDataVerifier {
 
     // MARK: - Chain
 
-    /// The signer's verified chain, from the cache when this exact sid + certificate set was verified before.
+    /// The signer's verified chain, from the cache when this exact sid + certificate set was verified before (looked
+    /// up by those bytes, before any certificate is parsed).
     func receiptChain(_ signed: PKCS7SignedData, validationTime: Int64) throws(VerificationError) -> VerifiedChain {
         let si = signed.signerInfo
-        var keyBytes: [UInt8] = [Self.receiptTag]
-        keyBytes.append(contentsOf: si.issuerDER ?? [])
-        keyBytes.append(0)
-        keyBytes.append(contentsOf: si.serialNumber ?? si.subjectKeyIdentifier ?? [])
-        keyBytes.append(0)
+        let sid = si.serialNumber ?? si.subjectKeyIdentifier ?? []
+        let issuer = si.issuerDER ?? []
+        var keyBytes: [UInt8] = []
+        keyBytes.reserveCapacity(9 + issuer.count + sid.count + signed.certificateSetDER.count)
+        keyBytes.append(Self.receiptTag)
+        // Length-prefixed parts, so that no two (issuer, sid, set) triples give the same key.
+        for part in [issuer, sid] {
+            withUnsafeBytes(of: UInt32(part.count).bigEndian) { keyBytes.append(contentsOf: $0) }
+            keyBytes.append(contentsOf: part)
+        }
         keyBytes.append(contentsOf: signed.certificateSetDER)
         let key = ChainCacheKey(bytes: keyBytes)
         if let cache = chainCache, let c = cache.lookup(key), trustedFingerprints.contains(c.rootFingerprint) {
             return c
         }
+        try signed.validateCertificates()
         var certificates: [Certificate] = []
         for (i, der) in signed.certificates.enumerated() {
             do { certificates.append(try Certificate(derEncoded: der)) } catch {
                 throw VerificationError(.untrustedChain, "certificate \(i) of the SignedData is not a valid X.509 certificate: \(error)")
             }
         }
-        guard let leafIndex = Self.signerIndex(si, certificates, ders: signed.certificates) else {
+        guard let leafIndex = Self.signerIndex(si, certificates) else {
             throw VerificationError(.untrustedChain, "the signer's certificate (SignerInfo sid) is not in the SignedData's certificate set")
         }
         var intermediates = certificates
@@ -138,14 +139,28 @@ extension SignedDataVerifier {
         return chain
     }
 
-    static func signerIndex(_ si: PKCS7SignedData.SignerInfo, _ certs: [Certificate], ders: [[UInt8]]) -> Int? {
+    /// The signer's key of a (possibly cached) chain, once the chain's window holds the validation time.
+    static func signerKey(_ chain: VerifiedChain, at validationTime: Int64) throws(VerificationError) -> Certificate.PublicKey {
+        if !chain.isValid(atMillis: validationTime) {
+            throw VerificationError(
+                .certificateNotValidAtTime,
+                "validation time \(iso(validationTime)) is outside the chain's validity "
+                    + "[\(iso(chain.notBeforeMillis)), \(iso(chain.notAfterMillis))]")
+        }
+        guard let key = chain.leafCertificateKey else {
+            throw VerificationError(.untrustedChain, "the cached chain has no signer key")
+        }
+        return key
+    }
+
+    static func signerIndex(_ si: PKCS7SignedData.SignerInfo, _ certs: [Certificate]) -> Int? {
         for (i, c) in certs.enumerated() {
             if let serial = si.serialNumber, let issuer = si.issuerDER {
                 var s = DER.Serializer()
                 guard (try? s.serialize(c.issuer)) != nil else { continue }
-                if s.serializedBytes == issuer && Array(c.serialNumber.bytes) == serial { return i }
+                if s.serializedBytes[...] == issuer && c.serialNumber.bytes == serial { return i }
             } else if let ski = si.subjectKeyIdentifier {
-                if let id = try? c.extensions.subjectKeyIdentifier, Array(id.keyIdentifier) == ski { return i }
+                if let id = try? c.extensions.subjectKeyIdentifier, id.keyIdentifier == ski { return i }
             }
         }
         return nil
@@ -153,17 +168,18 @@ extension SignedDataVerifier {
 
     // MARK: - Signature
 
-    static let sha1OID: ASN1ObjectIdentifier = [1, 3, 14, 3, 2, 26]
-    static let sha256OID: ASN1ObjectIdentifier = [2, 16, 840, 1, 101, 3, 4, 2, 1]
-    static let sha384OID: ASN1ObjectIdentifier = [2, 16, 840, 1, 101, 3, 4, 2, 2]
-    static let sha512OID: ASN1ObjectIdentifier = [2, 16, 840, 1, 101, 3, 4, 2, 3]
-    static let rsaEncryptionOID: ASN1ObjectIdentifier = [1, 2, 840, 113549, 1, 1, 1]
-    static let rsaWithHash: [ASN1ObjectIdentifier: ASN1ObjectIdentifier] = [
-        [1, 2, 840, 113549, 1, 1, 5]: sha1OID, [1, 2, 840, 113549, 1, 1, 11]: sha256OID,
-        [1, 2, 840, 113549, 1, 1, 12]: sha384OID, [1, 2, 840, 113549, 1, 1, 13]: sha512OID,
+    typealias OID = PKCS7SignedData.OID
+    static let sha1OID = OID([1, 3, 14, 3, 2, 26])
+    static let sha256OID = OID([2, 16, 840, 1, 101, 3, 4, 2, 1])
+    static let sha384OID = OID([2, 16, 840, 1, 101, 3, 4, 2, 2])
+    static let sha512OID = OID([2, 16, 840, 1, 101, 3, 4, 2, 3])
+    static let rsaEncryptionOID = OID([1, 2, 840, 113549, 1, 1, 1])
+    static let rsaWithHash: [OID: OID] = [
+        OID([1, 2, 840, 113549, 1, 1, 5]): sha1OID, OID([1, 2, 840, 113549, 1, 1, 11]): sha256OID,
+        OID([1, 2, 840, 113549, 1, 1, 12]): sha384OID, OID([1, 2, 840, 113549, 1, 1, 13]): sha512OID,
     ]
 
-    static func digest(_ oid: ASN1ObjectIdentifier, _ bytes: [UInt8]) -> [UInt8] {
+    static func digest(_ oid: OID, _ bytes: ArraySlice<UInt8>) -> [UInt8] {
         switch oid {
         case sha1OID: return Array(Insecure.SHA1.hash(data: bytes))
         case sha256OID: return Array(SHA256.hash(data: bytes))
@@ -195,7 +211,7 @@ extension SignedDataVerifier {
                     .invalidSignature, "SignerInfo signature algorithm \(sigOID) disagrees with digest algorithm \(digestOID)")
             }
         }
-        let signedBytes: [UInt8]
+        let signedBytes: ArraySlice<UInt8>
         if let attrs = si.signedAttributesDER {
             // RFC 5652 §5.4: the content-type and message-digest attributes must be present and match.
             guard let md = si.signedAttributes.first(where: { $0.0 == PKCS7SignedData.messageDigestAttributeOID }),
@@ -204,15 +220,15 @@ extension SignedDataVerifier {
                 throw VerificationError(.invalidSignature, "signed attributes without exactly one message-digest value")
             }
             let expected = [UInt8](ASN1OctetString(contentBytes: ArraySlice(digest(digestOID, signed.content))).derBytes)
-            guard md.1[0] == expected else {
+            guard md.1[0].elementsEqual(expected) else {
                 throw VerificationError(.invalidSignature, "message-digest attribute does not match the receipt content")
             }
             guard let ct = si.signedAttributes.first(where: { $0.0 == PKCS7SignedData.contentTypeAttributeOID }),
-                ct.1.count == 1, (try? ASN1ObjectIdentifier(derEncoded: ct.1[0])) == PKCS7SignedData.dataOID
+                ct.1.count == 1, ct.1[0] == PKCS7SignedData.dataOID.der
             else {
                 throw VerificationError(.invalidSignature, "signed attributes without a content-type attribute of id-data")
             }
-            signedBytes = attrs
+            signedBytes = attrs[...]
         } else {
             signedBytes = signed.content
         }

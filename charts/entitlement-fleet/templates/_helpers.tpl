@@ -124,6 +124,13 @@ The fleet.yaml the ConfigMap carries: config.* plus the keys the chart manages
 {{- $roots = append $roots (printf "%s/%s" (include "fleet.rootsDir" $) .) -}}
 {{- end -}}
 {{- $_ := set $worker "root-certificate" $roots -}}
+{{- $intermediates := list -}}
+{{- range .Values.rootCertificates.intermediateFiles -}}
+{{- $intermediates = append $intermediates (printf "%s/%s" (include "fleet.rootsDir" $) .) -}}
+{{- end -}}
+{{- if $intermediates -}}
+{{- $_ := set $worker "trusted-intermediate" $intermediates -}}
+{{- end -}}
 {{- if include "fleet.hasProducts" . -}}
 {{- $_ := set $worker "products" (include "fleet.productsPath" .) -}}
 {{- end -}}

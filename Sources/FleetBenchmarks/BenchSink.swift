@@ -1,0 +1,283 @@
+import AppStoreVerification
+import EntitlementDomain
+import FleetDemo
+import FleetDevStack
+import FleetKafka
+import FleetOperations
+import FleetSink
+import Foundation
+import Logging
+import PostgresNIO
+import ServiceLifecycle
+import Synchronization
+
+/// `fleet bench sink`: pre-produces entitlement events into an embedded Kafka cluster, runs the sink against a
+/// throwaway PostgreSQL and reports events/s and the p99 batch latency, next to the rate of a plain `COPY` of the
+/// same rows (every row the sink wrote, each table's into an empty table) measured in the same run: the ceiling.
+/// The last stdout line is one JSON object: `events_per_s`, `p99_batch_ms`, `copy_rows_per_s` (rows/s of that COPY),
+/// `copy_events_per_s` (the events those rows hold, per second of COPY) and `sink_to_copy_ratio` (events_per_s over
+/// copy_events_per_s), plus `events_table_copy_rows_per_s` (the entitlement_events rows alone).
+/// Registered by the lead under `fleet bench`.
+public struct BenchSink: Sendable {
+    public init() {}
+
+    public var events: Int = 100_000
+    public var batchSize: Int = 2000
+    public var writers: Int = 1
+
+    public var partitions: Int?
+
+    public func run() async throws {
+        guard events > 0, batchSize > 0, partitions ?? 1 > 0 else { throw ValidationError("all counts must be positive") }
+        FleetLogging.bootstrap(format: "text", level: "warning")
+        var logger = Logger(label: "fleet.bench.sink")
+        logger.logLevel = .warning
+        let postgres = try await ThrowawayPostgres(database: "bench")
+        defer { postgres.destroy() }
+        var stream = BenchStream.make(count: events)
+        let encoder = JSONEncoder()
+        var values = try stream.map { Array(try encoder.encode($0)) }
+        // The mock cluster keeps ~5 MB per partition and deletes older data even if unread: spread the events over
+        // enough partitions that every one stays retained (half the retention each, room for hash skew).
+        let bytes = values.reduce(0) { $0 + $1.count }
+        let partitions = self.partitions ?? max(4, Int((Double(bytes) / (0.5 * Double(BacklogGate.mockPartitionBytes))).rounded(.up)))
+        let cluster = try EmbeddedKafkaCluster(brokers: 1)
+        defer { cluster.shutdown() }
+        let topic = "bench.entitlements.verified"
+        try cluster.createTopic(topic, partitions: partitions)
+        try cluster.createTopic("bench.sink-rejected", partitions: 1)
+        print("bench sink: \(events) events, batch \(batchSize), \(max(1, writers)) writer(s), \(partitions) partitions; PostgreSQL \(postgres.binDirectory)")
+
+        // Produce (not timed).
+        let kafka = KafkaConfiguration(bootstrapServers: cluster.bootstrapServers, clientId: "bench-sink")
+        let producer = try KafkaProducer(configuration: kafka)
+        var produced = 0
+        let failures = Mutex(0)
+        for event in stream {
+            // Partitioned by subject so that a subject's events stay in order, as the workers key them.
+            let key = event.originalTransactionId ?? event.eventId
+            let partition = Int32(truncatingIfNeeded: UInt32(truncatingIfNeeded: key.utf8.reduce(5381) { ($0 &* 33) &+ Int($1) }) % UInt32(partitions))
+            try producer.enqueue(OutgoingMessage(
+                topic: topic, key: Array(key.utf8), value: values[produced],
+                headers: [KafkaHeader(key: "event-kind", string: event.kind),
+                          KafkaHeader(key: "event-id", string: event.eventId)], partition: partition)) { result in
+                if case .failure = result { failures.withLock { $0 += 1 } }
+            }
+            produced += 1
+        }
+        guard await producer.flush(deadline: .seconds(120)) else { throw ValidationError("producing the bench events timed out") }
+        guard failures.withLock({ $0 }) == 0 else { throw ValidationError("\(failures.withLock { $0 }) bench events failed to produce") }
+        let retained = try await KafkaAdmin(configuration: kafka).consumerLag(groupId: "bench-sink", topics: [topic]).totalLag
+        guard retained == Int64(events) else {
+            throw ValidationError("the embedded cluster retained \(retained) of \(events) events; use more --partitions")
+        }
+        print("produced \(produced) events (\(bytes / max(1, events)) bytes each on average) over \(partitions) partitions")
+        // The produced events are no longer needed: free them, then restart the peak-RSS count, so that the peak
+        // printed is the process's during the sink's run (the sink, plus the embedded cluster holding the topic).
+        stream = []
+        values = []
+        let rssBeforeSink = ProcessMemory.resetPeak()
+
+        // Migrate, then run the sink until every event is processed.
+        let connection = try await PostgresConnection.connect(
+            configuration: try DatabaseURL(postgres.url).connectionConfiguration(), id: 1, logger: logger)
+        try await SinkSchema.migrate(connection: connection, logger: logger)
+
+        let durations = Mutex<[Duration]>([])
+        let processed = Mutex(0)
+        let sinkWriters = try KafkaSinkWriters(
+            count: writers, kafka: kafka, groupId: "bench-sink", topic: topic,
+            configuration: SinkConfiguration(databaseURL: try DatabaseURL(postgres.url), maxBatchSize: batchSize),
+            rejected: KafkaRejectedSink(producer: producer, topic: "bench.sink-rejected"), logger: logger,
+            onBatch: { report in
+                durations.withLock { $0.append(report.duration) }
+                processed.withLock { $0 += report.records }
+            })
+        let clock = ContinuousClock()
+        // Wait for the group assignment before starting the clock.
+        let started = clock.now
+        let task = Task {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for service in sinkWriters.services { group.addTask { try await service.run() } }
+                try await group.waitForAll()
+            }
+        }
+        while processed.withLock({ $0 }) == 0 {
+            try await Task.sleep(for: .milliseconds(5))
+            if clock.now - started > .seconds(60) { task.cancel(); throw ValidationError("the sink did not start within 60 s") }
+        }
+        let firstBatchDone = clock.now
+        let firstCount = processed.withLock { $0 }
+        while processed.withLock({ $0 }) < events {
+            try await Task.sleep(for: .milliseconds(2))
+            if clock.now - started > .seconds(900) { task.cancel(); throw ValidationError("the sink did not finish within 900 s") }
+        }
+        let finished = clock.now
+        task.cancel()
+        _ = try? await task.value
+        _ = await sinkWriters.close(deadline: .seconds(5))
+        producer.close(timeout: .seconds(2))
+
+        // Steady-state rate: from the end of the first batch (the group join and first fetch excluded).
+        let elapsed = seconds(finished - firstBatchDone)
+        let eventsPerSecond = Double(events - firstCount) / max(elapsed, 1e-9)
+        let sorted = durations.withLock { $0 }.sorted()
+        let p99 = sorted.isEmpty ? 0 : seconds(sorted[min(sorted.count - 1, Int((Double(sorted.count) * 0.99).rounded(.up)) - 1)]) * 1000
+        let p50 = sorted.isEmpty ? 0 : seconds(sorted[sorted.count / 2]) * 1000
+
+        let written = try await connection.query("SELECT count(*) FROM entitlement_events", logger: logger).collect()
+        let rows = try written.first?.decode(Int64.self) ?? 0
+        guard rows == Int64(events) else { throw ValidationError("expected \(events) events in entitlement_events, found \(rows)") }
+
+        // The ceiling: a plain COPY of the same rows, i.e. every row the sink wrote (its notifications, transaction
+        // versions and facts, events, entitlements and ledger entries), each table's rows into an empty table of the
+        // same columns without indexes or constraints, in text format over the same connection kind.
+        var copySeconds = 0.0
+        var copiedRows = 0
+        var eventsTableRowsPerSecond = 0.0
+        for table in Self.sinkTables {
+            let lines = try await copyLines(table: table, connection: connection, logger: logger)
+            try await connection.query(PostgresQuery(unsafeSQL: "CREATE TABLE copy_\(table) (LIKE \(table) INCLUDING DEFAULTS)"), logger: logger)
+            let copyStart = clock.now
+            try await connection.copyFrom(table: "copy_\(table)", columns: lines.columns, logger: logger) { writer in
+                var buffer = ByteBuffer()
+                for line in lines.rows {
+                    buffer.writeString(line)
+                    if buffer.readableBytes > 1 << 20 {
+                        try await writer.write(buffer)
+                        buffer.clear()
+                    }
+                }
+                if buffer.readableBytes > 0 { try await writer.write(buffer) }
+            }
+            let tableSeconds = seconds(clock.now - copyStart)
+            copySeconds += tableSeconds
+            copiedRows += lines.rows.count
+            if table == "entitlement_events" { eventsTableRowsPerSecond = Double(lines.rows.count) / max(tableSeconds, 1e-9) }
+        }
+        let copyRowsPerSecond = Double(copiedRows) / max(copySeconds, 1e-9)
+        // The same events written by COPY alone: the events/s a sink could at best reach on this machine.
+        let copyEventsPerSecond = Double(events) / max(copySeconds, 1e-9)
+        try await connection.close()
+
+        let ratio = eventsPerSecond / copyEventsPerSecond
+        let rssMB = peakRSSMegabytes(pid: getpid())
+        print(String(format: "sink: %.0f events/s over %.2f s (%d batches, p50 %.1f ms, p99 %.1f ms)",
+                     eventsPerSecond, elapsed, sorted.count, p50, p99))
+        print(String(format: "COPY of the same %d rows (%.1f per event, %d tables) into empty tables: %.0f rows/s = %.0f events/s (%.2f s); sink/COPY = %.2f",
+                     copiedRows, Double(copiedRows) / Double(events), Self.sinkTables.count, copyRowsPerSecond,
+                     copyEventsPerSecond, copySeconds, ratio))
+        print(String(format: "(entitlement_events rows alone COPY at %.0f rows/s: the sink writes ~%.1f rows per event, with their indexes)",
+                     eventsTableRowsPerSecond, Double(copiedRows) / Double(events)))
+        print(String(format: "peak RSS while the sink ran %.1f MB (the whole bench process: the sink and the embedded cluster holding the topic; %.1f MB before the sink started)",
+                     rssMB, rssBeforeSink))
+        print("targets: >= 12000 events/s \(eventsPerSecond >= 12_000 ? "met" : "NOT met"); >= 0.6 x COPY \(ratio >= 0.6 ? "met" : "NOT met"); p99 batch < 250 ms \(p99 < 250 ? "met" : "NOT met"); RSS < 200 MB \(rssMB < 200 ? "met" : "NOT met")")
+        print(String(format: #"{"events_per_s": %.0f, "p99_batch_ms": %.2f, "copy_rows_per_s": %.0f, "copy_events_per_s": %.0f, "sink_to_copy_ratio": %.3f, "copy_rows_per_event": %.2f, "events_table_copy_rows_per_s": %.0f, "p50_batch_ms": %.2f, "events": %d, "batch_size": %d, "writers": %d, "rss_mb": %.1f, "rss_before_sink_mb": %.1f}"#,
+                     eventsPerSecond, p99, copyRowsPerSecond, copyEventsPerSecond, ratio,
+                     Double(copiedRows) / Double(events), eventsTableRowsPerSecond, p50, events, batchSize, max(1, writers),
+                     rssMB, rssBeforeSink))
+    }
+
+    /// Every table the sink writes.
+    static let sinkTables = [
+        "notifications", "transaction_versions", "transactions", "entitlement_events", "entitlements", "consumable_ledger",
+    ]
+
+    private func seconds(_ d: Duration) -> Double {
+        Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18
+    }
+
+    /// The rows of one of the sink's tables in COPY text format (read back from the table, so the COPY writes
+    /// exactly the same values).
+    private func copyLines(table: String, connection: PostgresConnection, logger: Logger) async throws -> (columns: [String], rows: [String]) {
+        let columnRows = try await connection.query("""
+            SELECT column_name::text FROM information_schema.columns
+            WHERE table_schema = current_schema() AND table_name = \(table) ORDER BY ordinal_position
+            """, logger: logger).collect()
+        let columns = try columnRows.map { try $0.decode(String.self) }
+        var rows: [String] = []
+        let select = columns.map { "\($0)::text" }.joined(separator: ", ")
+        for try await row in try await connection.query(PostgresQuery(unsafeSQL: "SELECT \(select) FROM \(table)"), logger: logger) {
+            let r = row.makeRandomAccess()
+            var fields: [String] = []
+            fields.reserveCapacity(columns.count)
+            for i in 0..<columns.count {
+                if let v = try r[i].decode(String?.self) { fields.append(copyEscape(v)) } else { fields.append(#"\N"#) }
+            }
+            rows.append(fields.joined(separator: "\t") + "\n")
+        }
+        return (columns, rows)
+    }
+
+    private func copyEscape(_ s: String) -> String {
+        guard s.contains(where: { $0 == "\\" || $0 == "\t" || $0 == "\n" || $0 == "\r" }) else { return s }
+        var out = ""
+        for c in s {
+            switch c {
+            case "\\": out += "\\\\"
+            case "\t": out += "\\t"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            default: out.append(c)
+            }
+        }
+        return out
+    }
+}
+
+/// A realistic mix: per subscriber a purchase, two renewals, a renewal-state change and either a refund or a
+/// consumable purchase; every event carries its decoded transaction and a notification.
+enum BenchStream {
+    static func make(count: Int) -> [EntitlementEvent] {
+        var out: [EntitlementEvent] = []
+        out.reserveCapacity(count)
+        let base: Int64 = 1_760_000_000_000
+        let day: Int64 = 86_400_000
+        var s = 0
+        while out.count < count {
+            let otx = "2000000\(100_000 + s)"
+            let t0 = base + Int64(s) * 37
+            let steps: [(String, String, EntitlementEffect, Int64, String, String)] = [
+                ("SUBSCRIPTION_STARTED", "SUBSCRIBED", .grant, t0, otx, "Auto-Renewable Subscription"),
+                ("SUBSCRIPTION_RENEWED", "DID_RENEW", .extend, t0 + 30 * day, "\(otx)1", "Auto-Renewable Subscription"),
+                ("SUBSCRIPTION_RENEWED", "DID_RENEW", .extend, t0 + 60 * day, "\(otx)2", "Auto-Renewable Subscription"),
+                ("AUTO_RENEW_DISABLED", "DID_CHANGE_RENEWAL_STATUS", .state, t0 + 61 * day, "\(otx)2", "Auto-Renewable Subscription"),
+                s % 2 == 0
+                    ? ("REFUNDED", "REFUND", .revoke, t0 + 62 * day, "\(otx)2", "Auto-Renewable Subscription")
+                    : ("ONE_TIME_PURCHASED", "ONE_TIME_CHARGE", .grant, t0 + 5 * day, "\(otx)9", "Consumable"),
+            ]
+            for (i, step) in steps.enumerated() where out.count < count {
+                let (kind, type, effect, signed, txn, productType) = step
+                let consumable = productType == "Consumable"
+                let product = consumable ? "com.example.gems100" : "com.example.premium.monthly"
+                var transaction: [String: JSONValue] = [
+                    "transactionId": .string(txn), "originalTransactionId": .string(consumable ? txn : otx),
+                    "productId": .string(product), "type": .string(productType), "signedDate": .integer(signed),
+                    "purchaseDate": .integer(signed), "bundleId": .string("com.example.app"),
+                    "environment": .string("Production"), "inAppOwnershipType": .string("PURCHASED"),
+                    "quantity": .integer(1), "webOrderLineItemId": .string("\(txn)w"), "storefront": .string("JPN"),
+                    "currency": .string("JPY"), "price": .integer(480_000),
+                ]
+                if !consumable { transaction["expiresDate"] = .integer(signed + 30 * day) }
+                if effect == .revoke {
+                    transaction["revocationDate"] = .integer(signed)
+                    transaction["revocationReason"] = .integer(0)
+                }
+                out.append(EntitlementEvent(
+                    eventId: "ev-\(s)-\(i)", kind: kind, effect: effect, reason: nil, environment: "Production",
+                    bundleId: "com.example.app", appAppleId: 1234, subject: consumable ? "user-\(s)" : otx,
+                    productId: product, productType: productType, transactionId: txn,
+                    originalTransactionId: consumable ? txn : otx, webOrderLineItemId: "\(txn)w",
+                    ownershipType: "PURCHASED", quantity: 1, validFrom: signed,
+                    validUntil: consumable ? nil : signed + 30 * day, revocationDate: effect == .revoke ? signed : nil,
+                    notification: EventNotification(uuid: "n-\(s)-\(i)", type: type, subtype: nil, signedDate: signed, version: "2.0"),
+                    signedDate: signed, verifiedAt: signed + 500,
+                    source: EventSource(topic: "appstore.raw", partition: Int32(s % 4), offset: Int64(out.count), inputKind: "notification"),
+                    units: consumable ? 100 : nil, entitlement: consumable ? nil : "premium",
+                    transaction: .object(transaction)))
+            }
+            s += 1
+        }
+        return out
+    }
+}

@@ -1,0 +1,162 @@
+import AppStoreVerification
+import FleetDemo
+import FleetKafka
+import FleetSink
+import FleetTestPKI
+import Foundation
+import Logging
+import PostgresNIO
+
+/// `fleet bench pipeline`: the demo stack without the display, on a fixed load.
+/// Phase 1 (throughput): a burst of notifications, timed from the first publish until every one is a row in PostgreSQL.
+/// Phase 2 (latency): a steady rate (half the target by default), end-to-end latency of sampled notifications
+/// (published -> its `notifications` row visible in PostgreSQL).
+public struct PipelineBenchmark: Sendable {
+    public struct Result: Sendable, Codable {
+        public var events_per_s: Double
+        public var p50_ms: Double
+        public var p99_ms: Double
+        public var verify_notifications_per_s_single_thread: Double
+        public var burst_notifications: Int
+        public var latency_rate_per_s: Int
+        public var latency_samples: Int
+    }
+
+    public var executable: String
+    public var workers = 2
+    public var sinkWriters = 1
+    public var burst = 30_000
+    public var latencyRate = 1500
+    public var latencySeconds = 10
+    public var verifyReference: Double
+
+    public init(executable: String, verifyReference: Double) {
+        self.executable = executable
+        self.verifyReference = verifyReference
+    }
+
+    public func run(logger: Logger = Logger(label: "fleet.bench.pipeline")) async throws -> Result {
+        var options = DemoRunner.Options(executable: executable)
+        options.quiet = true
+        options.workers = workers
+        options.sinkWriters = sinkWriters
+        options.threadsPerWorker = max(1, ProcessInfo.processInfo.activeProcessorCount / workers)
+        let stack = DemoRunner(options: options, logger: logger)
+        do {
+            try await stack.start()
+            guard let cluster = stack.cluster, let pg = stack.postgres, let pki = stack.pki else { throw DemoError("stack did not start") }
+            let db = try await PostgresConnection.connect(configuration: try DatabaseURL(pg.url).connectionConfiguration(), id: 7, logger: logger)
+            defer { Task { try? await db.close() } }
+            let producer = try KafkaProducer(configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers, clientId: "bench-pipeline"))
+            defer { producer.close() }
+
+            // Phase 1: throughput.
+            let burstInputs = Self.notifications(pki: pki, count: burst, subscribers: 3000, seed: 1)
+            print("bench pipeline: \(burstInputs.count) notifications generated; burst phase...")
+            // The burst runs as fast as the workers absorb it, never further ahead than the mock cluster retains.
+            let budget = BacklogGate.budget(messageBytes: burstInputs.map(\.value.count).max() ?? 1)
+            var gate = BacklogGate(bootstrapServers: cluster.bootstrapServers, group: DemoRunner.workerGroup, topic: DemoRunner.rawTopic,
+                                   partitions: options.partitions, perPartitionBudget: budget)
+            let t0 = ContinuousClock.now
+            for (i, n) in burstInputs.enumerated() {
+                try await gate.admit(published: i)
+                try producer.enqueue(OutgoingMessage(topic: DemoRunner.rawTopic, key: Array(n.key.utf8), value: n.value)) { _ in }
+            }
+            try await waitForRows(db, table: "notifications", atLeast: burstInputs.count, timeout: .seconds(600))
+            let burstSeconds = (ContinuousClock.now - t0).seconds
+            let eventsPerS = Double(burstInputs.count) / burstSeconds
+            print("bench pipeline: burst of \(burstInputs.count) end to end in \(String(format: "%.2f", burstSeconds)) s = \(Int(eventsPerS))/s")
+
+            // Phase 2: latency at a steady rate.
+            let steady = Self.notifications(pki: pki, count: latencyRate * latencySeconds, subscribers: 3000, seed: 2)
+            print("bench pipeline: latency phase at \(latencyRate)/s for \(latencySeconds) s...")
+            let probes = ProbeSet()
+            let interval = 1.0 / Double(latencyRate)
+            let start = ContinuousClock.now
+            let poller = Task { try await Self.pollProbes(db, probes: probes, logger: logger) }
+            for (i, n) in steady.enumerated() {
+                let due = start + .milliseconds(Int(Double(i) * interval * 1000))
+                if due > .now { try await Task.sleep(until: due, clock: .continuous) }
+                try await gate.admit(published: burstInputs.count + i)
+                if i % 10 == 0 { probes.published(n.uuid, at: .now) }
+                try producer.enqueue(OutgoingMessage(topic: DemoRunner.rawTopic, key: Array(n.key.utf8), value: n.value)) { _ in }
+            }
+            try await waitForRows(db, table: "notifications", atLeast: burstInputs.count + steady.count, timeout: .seconds(120))
+            try await Task.sleep(for: .milliseconds(200))
+            poller.cancel()
+            let latencies = probes.latencies().sorted()
+            guard !latencies.isEmpty else { throw DemoError("no latency samples were observed") }
+            func pct(_ p: Double) -> Double { latencies[min(latencies.count - 1, Int(Double(latencies.count) * p))] }
+            await stack.stop()
+            return Result(
+                events_per_s: eventsPerS.rounded(), p50_ms: (pct(0.50) * 10).rounded() / 10, p99_ms: (pct(0.99) * 10).rounded() / 10,
+                verify_notifications_per_s_single_thread: verifyReference.rounded(), burst_notifications: burstInputs.count,
+                latency_rate_per_s: latencyRate, latency_samples: latencies.count)
+        } catch {
+            await stack.stop()
+            throw error
+        }
+    }
+
+    struct Note { var uuid: String; var key: String; var value: [UInt8] }
+
+    /// Renewal notifications (outer + nested transaction + renewal info), distinct UUIDs, increasing signedDates.
+    static func notifications(pki: TestPKI, count: Int, subscribers: Int, seed: Int) -> [Note] {
+        let now = TestPayloads.nowMillis()
+        var out: [Note] = []
+        out.reserveCapacity(count)
+        for i in 0..<count {
+            let original = String(3_000_000_000_000_000 + seed * 10_000_000 + i % subscribers)
+            let signed = now - Int64(count - i) * 10
+            let t = TestPayloads.transaction(transactionId: String(4_000_000_000_000_000 + seed * 10_000_000 + i), originalTransactionId: original,
+                                             purchaseDate: signed - 1000, signedDate: signed)
+            let r = TestPayloads.renewalInfo(originalTransactionId: original, signedDate: signed)
+            let uuid = UUID().uuidString.lowercased()
+            out.append(Note(uuid: uuid, key: original, value: Array(pki.signNotification(
+                type: .didRenew, transaction: t, renewal: r, signedDate: signed, notificationUUID: uuid).utf8)))
+        }
+        return out
+    }
+
+    private func waitForRows(_ db: PostgresConnection, table: String, atLeast n: Int, timeout: Duration) async throws {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            for try await row in try await db.query(PostgresQuery(unsafeSQL: "SELECT count(*) FROM \(table)"), logger: Logger(label: "bench")) {
+                if try row.decode(Int64.self) >= n { return }
+            }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        throw DemoError("fewer than \(n) rows in \(table) after \(timeout)")
+    }
+
+    static func pollProbes(_ db: PostgresConnection, probes: ProbeSet, logger: Logger) async throws {
+        while !Task.isCancelled {
+            let outstanding = probes.outstanding()
+            if !outstanding.isEmpty {
+                let rows = try await db.query("SELECT notification_uuid FROM notifications WHERE notification_uuid = ANY(\(outstanding))", logger: logger)
+                let now = ContinuousClock.now
+                for try await uuid in rows.decode(String.self) { probes.seen(uuid, at: now) }
+            }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+    }
+}
+
+/// Publish and first-seen times of sampled notifications.
+final class ProbeSet: Sendable {
+    private let state = Mutex<(published: [String: ContinuousClock.Instant], latencies: [Double])>(([:], []))
+
+    func published(_ uuid: String, at t: ContinuousClock.Instant) { state.withLock { $0.published[uuid] = t } }
+
+    func outstanding() -> [String] { state.withLock { Array($0.published.keys) } }
+
+    func seen(_ uuid: String, at t: ContinuousClock.Instant) {
+        state.withLock { s in
+            if let p = s.published.removeValue(forKey: uuid) { s.latencies.append((t - p).seconds * 1000) }
+        }
+    }
+
+    func latencies() -> [Double] { state.withLock { $0.latencies } }
+}
+
+import Synchronization

@@ -1,0 +1,2 @@
+// Request-body classification lives in FleetIngestRequests, which has no HTTP dependency (fuzzed on its own).
+@_exported import FleetIngestRequests

@@ -1,0 +1,118 @@
+import Testing
+
+@testable import FleetKafka
+
+/// The consumer's and producer's state rules, without librdkafka or a cluster.
+@Suite struct ConsumerStateRules {
+    let a0 = TopicPartition(topic: "a", partition: 0)
+    let a1 = TopicPartition(topic: "a", partition: 1)
+
+    func messages(_ tp: TopicPartition, _ offsets: ClosedRange<Int64>) -> [KafkaMessage] {
+        offsets.map { KafkaMessage(topic: tp.topic, partition: tp.partition, offset: $0, key: nil, value: [], headers: [], timestampMilliseconds: nil) }
+    }
+
+    @Test func assignTracksAndAsksLibrdkafkaToAssign() {
+        var s = ConsumerState()
+        let (action, change) = s.rebalance(RebalanceEvent(kind: .assign, partitions: [a0, a1]))
+        #expect(action == .assign)
+        #expect(change == .assigned([a0, a1]))
+        #expect(s.joined)
+        #expect(s.assignment == [a0, a1])
+        #expect(s.trackers.keys.sorted() == [a0, a1])
+    }
+
+    @Test func revokeDropsBufferedMessagesAndLaterCompletions() {
+        var s = ConsumerState()
+        _ = s.assign([a0, a1])
+        s.accept(messages(a0, 0...4) + messages(a1, 0...2))
+        let handed = s.take(2)  // a0 0 and 1 handed out
+        #expect(handed.map(\.offset) == [0, 1])
+        let (action, change) = s.rebalance(RebalanceEvent(kind: .revoke(lost: false), partitions: [a0]))
+        #expect(action == .unassign)
+        #expect(change == .revoked([a0], lost: false))
+        #expect(s.buffered == 3, "a0's buffered messages are the new owner's")
+        #expect(s.take(10).allSatisfy { $0.topicPartition == a1 })
+        // Completing a0's handed-out messages stores nothing: the new owner redelivers them.
+        #expect(s.complete([(a0, 0), (a0, 1)]).isEmpty)
+        #expect(s.complete([(a1, 0)]) == [a1: 1])
+    }
+
+    @Test func messagesOfPartitionsRevokedMeanwhileAreNotBuffered() {
+        var s = ConsumerState()
+        _ = s.assign([a1])
+        s.accept(messages(a0, 0...2) + messages(a1, 5...6))
+        #expect(s.buffered == 2)
+        #expect(s.take(5).map(\.offset) == [5, 6])
+    }
+
+    @Test func offsetsAdvanceOnlyOverTheContiguousFinishedPrefix() {
+        var s = ConsumerState()
+        _ = s.assign([a0])
+        s.accept(messages(a0, 10...13))
+        _ = s.take(4)
+        #expect(s.complete([(a0, 11)]).isEmpty, "10 is still in flight")
+        #expect(s.complete([(a0, 10)]) == [a0: 12])
+        #expect(s.complete([(a0, 13), (a0, 12)]) == [a0: 14])
+    }
+
+    @Test func rebalanceErrorGivesUpTheWholeAssignmentAsLost() {
+        var s = ConsumerState()
+        _ = s.assign([a0, a1])
+        s.accept(messages(a1, 0...1))
+        let (action, change) = s.rebalance(RebalanceEvent(kind: .failed("_SOMETHING"), partitions: []))
+        #expect(action == .unassignAll)
+        #expect(change == .revoked([a0, a1], lost: true))
+        #expect(s.assignment.isEmpty && s.trackers.isEmpty && s.buffered == 0)
+    }
+
+    @Test func storeRefusedWithStateKeepsThePartitionAndItsTracking() {
+        // Our assignment follows the rebalance callback only (dropping it here wedged the chaos soak's sink).
+        var s = ConsumerState()
+        _ = s.assign([a0, a1])
+        s.accept(messages(a0, 0...1))
+        _ = s.take(2)
+        #expect(s.storeFailed(a0, KafkaError(code: KafkaErrorCode.state)) == false, "a notice, not a warning")
+        #expect(s.assignment == [a0, a1])
+        #expect(s.complete([(a0, 0)]) == [a0: 1], "a later completion still stores past it")
+        #expect(s.storeFailed(a1, KafkaError(code: KafkaErrorCode.requestTimedOut)) == true, "other failures are warnings")
+    }
+
+    @Test func offsetResetUnderFailBlocksAndPausesAnAssignedPartitionOnly() {
+        var s = ConsumerState()
+        _ = s.assign([a0])
+        #expect(s.offsetReset(a1, policy: .fail) == false, "not ours: nothing to pause")
+        #expect(s.offsetReset(a0, policy: .earliest) == false, "earliest accepts the reset")
+        #expect(s.blocked.isEmpty)
+        #expect(s.offsetReset(a0, policy: .fail) == true)
+        #expect(s.blocked == [a0])
+        s.accept(messages(a0, 100...101))
+        #expect(s.buffered == 0, "nothing past the gap is handed out")
+        _ = s.revoke([a0], lost: false)
+        #expect(s.blocked.isEmpty, "a revoked partition is no longer blocked here")
+    }
+}
+
+@Suite struct ProducerStateRules {
+    @Test func slotsBoundTheMessagesInFlight() {
+        var s = ProducerState(maxInFlight: 2)
+        #expect(s.acquire() == .acquired)
+        #expect(s.acquire() == .acquired)
+        #expect(s.acquire() == .wait)
+        #expect(!s.mayProceed)
+        #expect(s.release() == nil)
+        #expect(s.mayProceed)
+        #expect(s.acquire() == .acquired)
+    }
+
+    @Test func fatalErrorAndCloseRefuseEveryLaterMessage() {
+        var s = ProducerState(maxInFlight: 1)
+        let fatal = KafkaError(code: KafkaError.fatalCode, message: "fenced", isFatal: true)
+        #expect(s.fail(fatal).isEmpty)
+        #expect(s.acquire() == .fail(fatal))
+        var t = ProducerState(maxInFlight: 1)
+        #expect(t.close().first)
+        #expect(t.close().first == false, "close is idempotent")
+        guard case .fail(let e) = t.acquire() else { Issue.record("a closed producer accepted a message"); return }
+        #expect(e.code == KafkaErrorCode.destroyed)
+    }
+}
