@@ -40,7 +40,7 @@ public struct Environment: RawRepresentable, Hashable, Sendable, Codable, Custom
 
 /// Which instant the certificate validity windows are checked at.
 public enum ValidationTime: String, Sendable, Hashable, CaseIterable {
-    /// The payload's own `signedDate` (AppTransaction: `receiptCreationDate`); offline, the default.
+    /// The payload's own `signedDate` (an AppTransaction without one: `receiptCreationDate`); offline, the default.
     case signedDate = "signed-date"
     /// The current time.
     case now = "now"

@@ -306,14 +306,26 @@ public final class SignedDataVerifier: Sendable {
         guard case .object(let obj) = payload else {
             throw VerificationError(.malformedJWS, "JWS payload is not a JSON object")
         }
-        guard let detected = Self.detectKind(obj) else {
-            throw VerificationError(
-                .malformedJWS,
-                "payload is not a notification, transaction, renewal info or AppTransaction (no notificationType, "
-                    + "transactionId, receiptCreationDate, appTransactionId or originalTransactionId)")
-        }
-        if let expected, expected != detected {
-            throw VerificationError(.malformedJWS, "payload is a \(detected.rawValue), expected a \(expected.rawValue)")
+        let detected: Kind
+        if let expected {
+            // The caller knows the kind (as with Apple's per-kind calls): a member another kind also has (a renewal
+            // info with a receiptType) does not change it; only the strong markers (notificationType, transactionId)
+            // of another kind refuse it.
+            if let other = Self.strongKind(obj), other != expected {
+                throw VerificationError(.malformedJWS, "payload is a \(other.rawValue), expected a \(expected.rawValue)")
+            }
+            guard Self.hasMarker(obj, of: expected) else {
+                throw VerificationError(.malformedJWS, "payload is not a \(expected.rawValue) (no \(Self.markerNames(expected)))")
+            }
+            detected = expected
+        } else {
+            guard let kind = Self.detectKind(obj) else {
+                throw VerificationError(
+                    .malformedJWS,
+                    "payload is not a notification, transaction, renewal info or AppTransaction (no notificationType, "
+                        + "transactionId, receiptCreationDate, appTransactionId or originalTransactionId)")
+            }
+            detected = kind
         }
 
         // 4. Validation time, read before the signature and bound by it afterwards.
@@ -322,7 +334,9 @@ public final class SignedDataVerifier: Sendable {
         case .now:
             validationTime = now()
         case .signedDate:
-            let field = detected == .appTransaction && obj["receiptCreationDate"] != nil ? "receiptCreationDate" : "signedDate"
+            // signedDate, or for an AppTransaction without one its receiptCreationDate (Apple's libraries' order).
+            let hasSignedDate = obj["signedDate"].map { $0 != .null } ?? false
+            let field = detected == .appTransaction && !hasSignedDate ? "receiptCreationDate" : "signedDate"
             if let v = obj[field], v != .null {
                 guard let t = v.int64Value else {
                     throw VerificationError(.malformedJWS, "\(field) must be an integer (ms since the epoch)")
@@ -420,13 +434,31 @@ public final class SignedDataVerifier: Sendable {
     }
 
     static func detectKind(_ o: [String: JSONValue]) -> Kind? {
-        if o["notificationType"] != nil { return .notification }
-        if o["transactionId"] != nil { return .transaction }
+        if let kind = strongKind(o) { return kind }
         if o["receiptCreationDate"] != nil || o["receiptType"] != nil { return .appTransaction }
         if o["originalTransactionId"] != nil { return .renewalInfo }
         if o["appTransactionId"] != nil { return .appTransaction }
         return nil
     }
+
+    /// The kinds whose marker no other kind carries: a notification (notificationType), a transaction (transactionId).
+    static func strongKind(_ o: [String: JSONValue]) -> Kind? {
+        if o["notificationType"] != nil { return .notification }
+        if o["transactionId"] != nil { return .transaction }
+        return nil
+    }
+
+    static func markers(_ kind: Kind) -> [String] {
+        switch kind {
+        case .notification: return ["notificationType"]
+        case .transaction: return ["transactionId"]
+        case .renewalInfo: return ["originalTransactionId"]
+        case .appTransaction: return ["receiptCreationDate", "receiptType", "appTransactionId"]
+        }
+    }
+
+    static func hasMarker(_ o: [String: JSONValue], of kind: Kind) -> Bool { markers(kind).contains { o[$0] != nil } }
+    static func markerNames(_ kind: Kind) -> String { markers(kind).joined(separator: ", ") }
 
     static func environmentOf(kind: Kind, _ o: [String: JSONValue]) throws(VerificationError) -> Environment? {
         func read(_ v: JSONValue?, _ field: String) throws(VerificationError) -> Environment? {

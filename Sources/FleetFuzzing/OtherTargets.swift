@@ -122,10 +122,16 @@ enum LoaderTargets {
         if (try? ProductCatalogue.parse(text)) != catalogue { throw InvariantViolation(.catalogue, "parse is not deterministic") }
     }
 
-    static let configPath = NSTemporaryDirectory() + "fleet-fuzz-config-\(ProcessInfo.processInfo.processIdentifier).yaml"
+    /// A file of its own per input: tests run the target from several tasks of one process at once (one shared path
+    /// let one input's file be read for another's).
+    static func configPath() -> String {
+        NSTemporaryDirectory() + "fleet-fuzz-config-\(ProcessInfo.processInfo.processIdentifier)-\(UUID().uuidString).yaml"
+    }
 
     /// Every setting `fleet worker`, `fleet sink` and `fleet ingest` read, through the same typed accessors.
     static func config(_ data: UnsafeBufferPointer<UInt8>) throws(InvariantViolation) {
+        let configPath = configPath()
+        defer { try? FileManager.default.removeItem(atPath: configPath) }
         guard FileManager.default.createFile(atPath: configPath, contents: Data(buffer: data)) else {
             throw InvariantViolation(.config, "cannot write \(configPath)")
         }

@@ -50,6 +50,40 @@ import Testing
         #expect(rendered["data"]?["signedRenewalInfo"]?["originalTransactionId"] == "2000000000000001")
     }
 
+    /// Found by the differential check against Apple's library: a kind named by the caller is kept when the payload
+    /// also has a member of another kind (Apple's per-kind calls decode what they are told); only another kind's own
+    /// marker (notificationType, transactionId) refuses it.
+    @Test func aNamedKindIsKeptDespiteAnotherKindsMember() throws {
+        let v = Fixtures.verifier()
+        let renewal = TestPayloads.renewalInfo(
+            originalTransactionId: "2000000000000001", signedDate: Fixtures.t0,
+            extra: ["receiptType": "Sandbox", "receiptCreationDate": .integer(Fixtures.t0)])
+        let r = try v.verifyRenewalInfo(Fixtures.pki.sign(renewal))
+        #expect(r.payload.originalTransactionId == "2000000000000001")
+        let tx = try Fixtures.pki.sign(Fixtures.transaction())
+        let e = expectRejected(.malformedJWS) { () throws(VerificationError) in _ = try v.verifyRenewalInfo(tx) }
+        #expect(e?.detail == "payload is a transaction, expected a renewalInfo")
+        let bare: JSONValue = ["signedDate": .integer(Fixtures.t0), "environment": "Sandbox"]
+        let bareJWS = try Fixtures.pki.sign(bare)
+        let f = expectRejected(.malformedJWS) { () throws(VerificationError) in _ = try v.verifyRenewalInfo(bareJWS) }
+        #expect(f?.detail == "payload is not a renewalInfo (no originalTransactionId)")
+    }
+
+    /// Also from the differential check: an AppTransaction's chain is validated at its signedDate when it has one,
+    /// at its receiptCreationDate only without one (Apple's libraries' order).
+    @Test func anAppTransactionIsValidatedAtItsSignedDateFirst() throws {
+        let v = Fixtures.verifier()
+        let dated = TestPayloads.appTransaction(
+            receiptCreationDate: Fixtures.t0, extra: ["signedDate": .integer(1_500_000_000_000)])
+        let datedJWS = try Fixtures.pki.sign(dated)
+        expectRejected(.certificateNotValidAtTime) { () throws(VerificationError) in _ = try v.verifyAppTransaction(datedJWS) }
+        let undated = TestPayloads.appTransaction(receiptCreationDate: Fixtures.t0)
+        #expect(try v.verifyAppTransaction(Fixtures.pki.sign(undated)).payload.receiptCreationDate == Fixtures.t0)
+        let early = TestPayloads.appTransaction(receiptCreationDate: 1_500_000_000_000)
+        let earlyJWS = try Fixtures.pki.sign(early)
+        expectRejected(.certificateNotValidAtTime) { () throws(VerificationError) in _ = try v.verifyAppTransaction(earlyJWS) }
+    }
+
     @Test func appleStylePostBodyIsAccepted() throws {
         let v = Fixtures.verifier()
         let note = Fixtures.pki.signNotification(type: .test, signedDate: Fixtures.t0)

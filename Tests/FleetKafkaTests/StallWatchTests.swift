@@ -112,7 +112,11 @@ import Testing
         #expect(found.position == 10)
         #expect(found.highWatermark == 20)
         #expect(!consumer.isReady, "a stalled consumer is not ready")
-        #expect(OffsetResetTests.metricsText().contains("fleet_consumer_stalls_total{topic=\"\(topic)\",partition=\"0\"} 1"))
+        // At least once: on a loaded machine a rebalance may end the first stall (the partition leaves and comes back)
+        // and the watch declares it again.
+        let line = OffsetResetTests.metricsText().split(separator: "\n")
+            .first { $0.hasPrefix("fleet_consumer_stalls_total{topic=\"\(topic)\",partition=\"0\"} ") }
+        #expect((line?.split(separator: " ").last.flatMap { Int($0) } ?? 0) >= 1, "\(line ?? "no stall counter")")
 
         // Past twice the timeout the process is no longer live (an orchestrator restarts it).
         let readiness = Readiness()
