@@ -81,8 +81,10 @@ public final class OCSPTestResponder: @unchecked Sendable {
     public var requestCount: Int { logText.components(separatedBy: "OCSP Request Data:").count - 1 }
 
     public func stop() {
+        // SIGKILL: openssl's responder catches SIGTERM and only looks at it between requests, so blocked in
+        // accept() it never exits (waitUntilExit then hung the test process).
         if process.isRunning {
-            process.terminate()
+            kill(process.processIdentifier, SIGKILL)
             process.waitUntilExit()
         }
     }

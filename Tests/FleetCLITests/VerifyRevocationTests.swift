@@ -1,5 +1,6 @@
 import AppStoreVerification
 import FleetTestPKI
+import FleetTestSupport
 import Foundation
 import Testing
 
@@ -14,8 +15,8 @@ import Testing
         let root = dir.appendingPathComponent("root.der").path
         try Data(pki.good.rootDER).write(to: URL(fileURLWithPath: root))
         let lines = [pki.good, pki.down, pki.revokedLeaf].map { $0.sign(TestPayloads.transaction()) }
-        func run(_ mode: String) throws -> FleetExecutable.Output {
-            try FleetExecutable.run(
+        func run(_ mode: String) throws -> FleetBinary.Output {
+            try FleetBinary.run(
                 ["verify", "--root-certificate", root, "--bundle-id", TestPayloads.bundleId, "--environment", "Sandbox",
                  "--revocation-check", mode, "--ocsp-timeout-ms", "2000", "-"],
                 stdin: lines.joined(separator: "\n") + "\n")

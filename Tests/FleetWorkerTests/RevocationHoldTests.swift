@@ -1,8 +1,10 @@
 import AppStoreVerification
+import FleetDevStack
 import FleetKafka
 import FleetOperations
 import FleetRevocation
 import FleetTestPKI
+import FleetTestSupport
 import Foundation
 import Logging
 import Testing

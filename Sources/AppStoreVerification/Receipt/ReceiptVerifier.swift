@@ -70,7 +70,8 @@ extension SignedDataVerifier {
             return VerifiedAppReceipt(payload: receipt)
         }
 
-        let key = try Self.signerKey(try receiptChain(signed, validationTime: validationTime), at: validationTime)
+        let chain = try receiptChain(signed, validationTime: validationTime)
+        let key = try Self.signerKey(chain, at: validationTime)
         try Self.checkReceiptSignature(signed, key: key)
         // Revocation (opt-in), as for JWS chains: only once the signature verified.
         if let revocation { try revocation.check(chain) }
