@@ -64,8 +64,11 @@ chaos: release
 FUZZ_SECONDS ?= 60
 FUZZ_SHORT_SECONDS ?= 4
 FUZZ_TARGETS ?= jws base64 receipt event catalogue config ingest
+# `--sanitize fuzzer --sanitize address` reach swiftc as two flags, and the second replaces the first: Swift code would
+# get ASan but no coverage counters (libFuzzer would see only the C libraries). The explicit coverage flags restore it.
+FUZZ_COVERAGE ?= -Xswiftc -sanitize-coverage=edge,inline-8bit-counters,pc-table,trace-cmp
 fuzz-build:
-	FLEET_FUZZ_BUILD=1 $(SWIFT) build --scratch-path .build-fuzz --sanitize fuzzer --sanitize address --product fleet-fuzz
+	FLEET_FUZZ_BUILD=1 $(SWIFT) build --scratch-path .build-fuzz --sanitize fuzzer --sanitize address $(FUZZ_COVERAGE) --product fleet-fuzz
 fuzz: fuzz-build
 	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_TARGETS="$(FUZZ_TARGETS)" Fuzz/run-fuzz.sh
 # The short pass of `make test`: a crash or invariant failure blocks landing.

@@ -377,7 +377,10 @@ extension JSONValue {
         case .number(let d):
             if d.isFinite {
                 if d == d.rounded(), abs(d) < 1e15 {
+                    // A whole number parsed with a fraction or exponent ("1.0", "1e3") stays a fraction: written as
+                    // "1", it would read back as an integer, another value (found by the `event` fuzz target).
                     out.append(contentsOf: String(Int64(d)).utf8)
+                    out.append(contentsOf: ".0".utf8)
                 } else {
                     out.append(contentsOf: String(d).utf8)
                 }

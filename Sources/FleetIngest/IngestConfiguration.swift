@@ -4,7 +4,8 @@ import NIOCore
 /// Everything `fleet ingest` needs, resolved from config file < FLEET_* env < flags by the CLI.
 public struct IngestConfiguration: Sendable {
     /// Producer settings. The service forces `enable.idempotence=true` (which implies acks=all) and sets
-    /// `message.timeout.ms` to `publishTimeout`, so a message the broker cannot take in time fails with a report.
+    /// `message.timeout.ms` to `publishTimeout`, so a message the broker cannot take in time fails with a report;
+    /// `compression.type` defaults to zstd (a `--kafka-property` may set another).
     public var kafka: KafkaConfiguration
     /// The raw topic the workers consume.
     public var topic: String
@@ -92,6 +93,13 @@ public struct IngestConfiguration: Sendable {
         k.properties["enable.idempotence"] = "true"
         k.properties["acks"] = "all"
         k.properties["message.timeout.ms"] = String(ms)
+        // Apple's notifications are large (a real one with a transaction and a renewal info: 18.6 KB) and compress
+        // well: zstd takes that one to 11.5 KB alone and a batch of retries of it to little more, so a partition holds
+        // more of them (the embedded cluster keeps only 5 MiB per partition, and retries of one notification share
+        // its key and partition). A `--kafka-property compression.type=...` chooses another codec.
+        if k.properties["compression.type"] == nil && k.properties["compression.codec"] == nil {
+            k.properties["compression.type"] = "zstd"
+        }
         return k
     }
 }

@@ -96,6 +96,33 @@ struct IngestCommandTests {
         #expect(onTopic.count == 300)
         #expect(Set(onTopic.map(\.value)) == Set(bodies), "every notification on the topic byte for byte")
 
+        // 300 retries of Apple's largest real notification (18.6 KB, one notificationUUID: one key, one partition):
+        // uncompressed, more than the embedded cluster keeps per partition (5 MiB), so the oldest were deleted; the
+        // producer's zstd keeps every one.
+        var realCopies = 0
+        let realPath = FleetBinary.shared.appendingPathComponent("fixtures/apple-real/3.jws").path
+        if let real = FileManager.default.contents(atPath: realPath) {
+            let jws = String(decoding: real, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+            let body = Array("{\"signedPayload\":\"\(jws)\"}".utf8)
+            let codes = try await withThrowingTaskGroup(of: [Int].self) { group in
+                for t in 0..<16 {
+                    group.addTask {
+                        try await Self.onThread {
+                            let c = try HTTPConnection(port: port)
+                            return try stride(from: t, to: 300, by: 16).map { _ in try c.postJSON("/apple/notifications", body).status }
+                        }
+                    }
+                }
+                var all: [Int] = []
+                for try await s in group { all += s }
+                return all
+            }
+            #expect(codes.count == 300 && codes.allSatisfy { $0 == 200 }, "\(Dictionary(grouping: codes, by: { $0 }).mapValues(\.count))")
+            let read = try await Self.readAll(cluster.bootstrapServers, topic, atLeast: 600)
+            #expect(read.filter { $0.value == body }.count == 300, "every retry of the real notification on the topic")
+            realCopies = 300
+        }
+
         // Bad JSON, a 5 MiB body, a valid and a forged transaction.
         let valid = pki.sign(TestPayloads.transaction())
         let forged = try TestPKI.forged().sign(TestPayloads.transaction())
@@ -156,7 +183,7 @@ struct IngestCommandTests {
         if !p.isRunning { #expect(p.terminationStatus == 0, "\((try? String(contentsOfFile: log, encoding: .utf8))?.suffix(2000) ?? "")") }
         let acknowledged = accepted.bodies.withLock { $0 }
         #expect(!acknowledged.isEmpty)
-        let after = Set(try await Self.readAll(cluster.bootstrapServers, topic, atLeast: 300 + 2 + acknowledged.count).map(\.value))
+        let after = Set(try await Self.readAll(cluster.bootstrapServers, topic, atLeast: 300 + realCopies + 2 + acknowledged.count).map(\.value))
         let missing = acknowledged.filter { !after.contains($0) }.count
         #expect(missing == 0, "\(missing) of \(acknowledged.count) acknowledged during shutdown are not on the topic")
     }
