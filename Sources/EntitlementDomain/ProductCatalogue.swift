@@ -83,13 +83,38 @@ public struct ProductCatalogue: Sendable, Equatable {
         } catch { throw .invalid(path: path, reason: "\(error)") }
     }
 
+    /// Yams builds a mapping with a force-unwrapped string key, so a key that is itself a map or a list
+    /// (`? {a: 1}: x`) crashed the process that loaded the catalogue (found by the `catalogue` fuzz target): such a
+    /// key is found first, without recursion, and refused.
+    static func firstNonStringKey(_ root: Node) -> Node.Mapping? {
+        var stack = [root]
+        while let n = stack.popLast() {
+            switch n {
+            case .scalar, .alias: continue
+            case .sequence(let s): stack.append(contentsOf: s)
+            case .mapping(let m):
+                for (key, value) in m {
+                    if String.construct(from: key) == nil { return m }
+                    stack.append(value)
+                }
+            }
+        }
+        return nil
+    }
+
     public static func parse(_ text: String) throws -> ProductCatalogue {
         // Bounded before YAML sees it: a catalogue of thousands of products is well under 1 MiB.
         if text.utf8.count > maxBytes {
             throw LoadError.invalid(path: "", reason: "the catalogue is \(text.utf8.count) bytes; the limit is \(maxBytes) bytes")
         }
         let root: Any?
-        do { root = try Yams.load(yaml: text) } catch { throw LoadError.invalid(path: "", reason: "not YAML/JSON: \(error)") }
+        let node: Node?
+        do { node = try Yams.compose(yaml: text) } catch { throw LoadError.invalid(path: "", reason: "not YAML/JSON: \(error)") }
+        if let bad = node.flatMap(Self.firstNonStringKey) {
+            throw LoadError.invalid(
+                path: "", reason: "a mapping key must be a string, not a map or list (line \((bad.mark?.line).map(String.init) ?? "?"))")
+        }
+        root = node?.any
         guard let top = root as? [String: Any], let productsNode = top["products"] else {
             throw LoadError.invalid(path: "", reason: "expected a top-level 'products' map or list")
         }

@@ -384,6 +384,15 @@ struct CatalogueTests {
         #expect(throws: (any Error).self) { try ProductCatalogue.parse("products: { x: { type: non-renewing } }") }
         #expect(throws: (any Error).self) { try ProductCatalogue.parse("products: { x: { type: consumable, units: -1 } }") }
         #expect(throws: (any Error).self) { try ProductCatalogue.parse("nothing: here") }
+        // A map or list as a mapping key crashed Yams' constructor (the catalogue fuzz target found it): refused.
+        for text in ["products:\n  ? {a: 1}\n  : {type: consumable}\n", "? [a]\n: 1\nproducts: {}\n"] {
+            do {
+                _ = try ProductCatalogue.parse(text)
+                Issue.record("accepted \(text)")
+            } catch {
+                #expect("\(error)".contains("mapping key must be a string"), "\(error)")
+            }
+        }
     }
 
     @Test func isoDurations() {
