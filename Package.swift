@@ -57,6 +57,19 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
+        // `--revocation-check`: OCSP over AsyncHTTPClient for the core's revocation checker, and its metrics.
+        .target(
+            name: "FleetRevocation",
+            dependencies: [
+                "AppStoreVerification",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+            ],
+            swiftSettings: strict
+        ),
         // An Apple-shaped test PKI and JWS signer (tests, benchmarks, demo traffic). Never trusted in production.
         .target(
             name: "FleetTestPKI",
@@ -193,7 +206,7 @@ let package = Package(
             name: "FleetBenchmarks",
             dependencies: [
                 "AppStoreVerification", "FleetTestPKI", "EntitlementDomain", "FleetKafka", "FleetOperations", "FleetSink",
-                "FleetWorker", "FleetIngest", "FleetIngestClient", "FleetDemo", "FleetDevStack",
+                "FleetWorker", "FleetIngest", "FleetIngestClient", "FleetDemo", "FleetDevStack", "FleetRevocation",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
@@ -261,7 +274,7 @@ let package = Package(
                 "FleetOperations", "FleetWorker", "FleetSink", "FleetDemo", "FleetDevStack", "FleetBenchmarks",
                 "FleetDashboard",
                 "AppStoreServerAPI", "FleetResponder",
-                "FleetIngest",
+                "FleetIngest", "FleetRevocation",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -278,13 +291,20 @@ let package = Package(
                 .product(name: "SwiftASN1", package: "swift-asn1"),
             ]
         ),
+        .testTarget(name: "FleetRevocationTests", dependencies: [
+            "FleetRevocation", "AppStoreVerification", "FleetTestPKI",
+            .product(name: "Crypto", package: "swift-crypto"),
+            .product(name: "X509", package: "swift-certificates"),
+            .product(name: "SwiftASN1", package: "swift-asn1"),
+            .product(name: "Logging", package: "swift-log"),
+        ]),
         .testTarget(name: "EntitlementDomainTests", dependencies: [
             "EntitlementDomain", "AppStoreVerification", .product(name: "Crypto", package: "swift-crypto"),
         ]),
         .testTarget(name: "FleetKafkaTests", dependencies: ["FleetKafka", "FleetOperations", "FleetDevStack", "FleetTestSupport"]),
         .testTarget(name: "FleetWorkerTests", dependencies: [
             "FleetWorker", "FleetKafka", "FleetTestPKI", "EntitlementDomain", "FleetDevStack", "AppStoreVerification", "FleetOperations",
-            "FleetTestSupport",
+            "FleetTestSupport", "FleetRevocation",
             .product(name: "Crypto", package: "swift-crypto"), .product(name: "Logging", package: "swift-log"),
         ]),
         .testTarget(name: "FleetBenchmarksTests", dependencies: ["FleetBenchmarks", "AppStoreVerification"]),

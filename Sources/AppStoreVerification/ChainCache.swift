@@ -22,23 +22,35 @@ public struct VerifiedChain: Sendable {
     public let notAfterMillis: Int64
     /// SHA-256 of the DER of the configured root that anchored the chain.
     public let rootFingerprint: [UInt8]
+    /// The verified path (leaf first, the anchoring root last), kept for revocation checks; empty when unknown.
+    public let certificates: [Certificate]
+    /// How fresh the chain's revocation answers are (shared by every copy of this entry; unused when checks are off).
+    public let revocation: RevocationStamp
 
-    public init(leafKey: P256.Signing.PublicKey, notBeforeMillis: Int64, notAfterMillis: Int64, rootFingerprint: [UInt8]) {
+    public init(
+        leafKey: P256.Signing.PublicKey, notBeforeMillis: Int64, notAfterMillis: Int64, rootFingerprint: [UInt8],
+        certificates: [Certificate] = []
+    ) {
         self.leafKey = leafKey
         self.leafCertificateKey = nil
         self.notBeforeMillis = notBeforeMillis
         self.notAfterMillis = notAfterMillis
         self.rootFingerprint = rootFingerprint
+        self.certificates = certificates
+        self.revocation = RevocationStamp()
     }
 
     public init(
-        leafCertificateKey: Certificate.PublicKey, notBeforeMillis: Int64, notAfterMillis: Int64, rootFingerprint: [UInt8]
+        leafCertificateKey: Certificate.PublicKey, notBeforeMillis: Int64, notAfterMillis: Int64, rootFingerprint: [UInt8],
+        certificates: [Certificate] = []
     ) {
         self.leafKey = P256.Signing.PublicKey(leafCertificateKey)
         self.leafCertificateKey = leafCertificateKey
         self.notBeforeMillis = notBeforeMillis
         self.notAfterMillis = notAfterMillis
         self.rootFingerprint = rootFingerprint
+        self.certificates = certificates
+        self.revocation = RevocationStamp()
     }
 
     @inline(__always) public func isValid(atMillis t: Int64) -> Bool { t >= notBeforeMillis && t <= notAfterMillis }

@@ -53,6 +53,11 @@ public struct RejectionReason: RawRepresentable, Hashable, Sendable, Codable, Cu
     public static let malformedReceipt = RejectionReason("MALFORMED_RECEIPT")
     /// A StoreKit 1 `transactionReceipt` (old-style plist with `signature` and `purchase-info`): not verified.
     public static let legacyTransactionReceiptUnsupported = RejectionReason("LEGACY_TRANSACTION_RECEIPT_UNSUPPORTED")
+    /// `--revocation-check soft|hard`: the OCSP responder says the leaf or the intermediate is revoked.
+    public static let certificateRevoked = RejectionReason("CERTIFICATE_REVOKED")
+    /// `--revocation-check hard`: the chain's revocation status could not be established (responder down, timeout,
+    /// 5xx, unknown status, unusable answer). Not a rejection: a retryable verdict (see `VerificationError.isRetryable`).
+    public static let revocationStatusUnavailable = RejectionReason("REVOCATION_STATUS_UNAVAILABLE")
 
     /// Every code defined by the verification core, in documentation order.
     public static let verificationCodes: [RejectionReason] = [
@@ -79,6 +84,10 @@ public struct VerificationError: Error, Sendable, Hashable, CustomStringConverti
     public init(reason: RejectionReason, detail: String, field: String? = nil) {
         self.init(reason, detail, field: field)
     }
+
+    /// True when the input was neither verified nor rejected and must be tried again later (revocation status
+    /// unavailable in `hard` mode): never publish it as rejected.
+    public var isRetryable: Bool { reason == .revocationStatusUnavailable }
 
     public var description: String {
         if let field { return "\(reason.rawValue): \(field): \(detail)" }

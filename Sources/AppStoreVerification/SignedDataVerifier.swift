@@ -15,29 +15,37 @@ import X509
 ///
 /// Order of checks for every JWS: size bound; three base64url segments; header JSON and `alg == ES256`; payload JSON;
 /// kind and validation time (`signedDate`, AppTransaction `receiptCreationDate`, or now); Xcode/LocalTesting refusal;
-/// `x5c` of exactly three; chain leaf -> x5c[1] -> a configured root (names, signatures, CA flag, path length, key
-/// usage, no unhandled critical extension), Apple marker OIDs, validity of all three at the validation time (through
-/// the cache when possible); the ES256 signature (64-byte r||s); then bundle id, environment and (Production) app id.
+/// `x5c` of exactly three; chain leaf -> x5c[1] -> a configured root through `AppleChainVerifier` (swift-certificates'
+/// `Verifier`: RFC 5280 names, signatures, CA flag, path length, critical extensions, validity; key usage; Apple marker
+/// OIDs), validity of all three at the validation time (through the cache when possible); the ES256 signature (64-byte r||s); then bundle id, environment and (Production) app id.
 /// Nested JWS of a notification are verified the same way; a failure names the nested field.
 public final class SignedDataVerifier: Sendable {
     public let policy: VerificationPolicy
     public let chainCache: ChainCache?
     let now: @Sendable () -> Int64
     let trustedFingerprints: Set<[UInt8]>
+    /// The one chain verifier of this instance (JWS and receipt chains alike).
+    let chainVerifier: AppleChainVerifier
+    /// Online revocation checks (`--revocation-check`); nil: offline.
+    public let revocation: RevocationChecker?
 
     /// - Parameters:
     ///   - chainCache: shared verified-chain cache; pass the same instance to several verifiers to share it, nil to
     ///     verify every chain from scratch.
     ///   - now: the clock (ms since the epoch), for `.now` validation and payloads without `signedDate`.
+    ///   - revocation: online revocation checks of every chain (after its signature verified); nil: none.
     public init(
         policy: VerificationPolicy,
         chainCache: ChainCache? = ChainCache(capacity: 1024),
-        now: @escaping @Sendable () -> Int64 = SignedDataVerifier.systemNowMillis
+        now: @escaping @Sendable () -> Int64 = SignedDataVerifier.systemNowMillis,
+        revocation: RevocationChecker? = nil
     ) {
         self.policy = policy
+        self.revocation = revocation
         self.chainCache = chainCache
         self.now = now
         self.trustedFingerprints = Set(policy.roots.map(\.fingerprint))
+        self.chainVerifier = AppleChainVerifier(roots: policy.roots)
     }
 
     public static let systemNowMillis: @Sendable () -> Int64 = {
@@ -373,13 +381,13 @@ public final class SignedDataVerifier: Sendable {
                 if let c = cache.lookup(l2Key, countHit: true, countMiss: true), trustedFingerprints.contains(c.rootFingerprint) {
                     chain = c
                 } else {
-                    let c = try verifyChain(leafB64: leafB64, interB64: interB64)
+                    let c = try verifyChain(leafB64: leafB64, interB64: interB64, validationTime: validationTime)
                     cache.insert(l2Key, c)
                     chain = c
                 }
                 if let l1Key, let chain { cache.insert(l1Key, chain) }
             } else {
-                chain = try verifyChain(leafB64: leafB64, interB64: interB64)
+                chain = try verifyChain(leafB64: leafB64, interB64: interB64, validationTime: validationTime)
             }
         }
         guard let chain else { throw VerificationError(.untrustedChain, "no verified chain") }
@@ -409,6 +417,8 @@ public final class SignedDataVerifier: Sendable {
         guard let leafKey = chain.leafKey, leafKey.isValidSignature(signature, for: SHA256.hash(data: signingInput)) else {
             throw VerificationError(.invalidSignature, "ES256 signature does not verify with the leaf certificate's key")
         }
+        // 9. Revocation (opt-in): only for a signature that verified, so forgeries never cost a responder query.
+        if let revocation { try revocation.check(chain) }
         return (detected, payload)
     }
 
@@ -474,17 +484,10 @@ public final class SignedDataVerifier: Sendable {
 
     // MARK: - Chain verification (cache miss)
 
-    static let appleLeafOID: ASN1ObjectIdentifier = [1, 2, 840, 113635, 100, 6, 11, 1]
-    static let appleIntermediateOID: ASN1ObjectIdentifier = [1, 2, 840, 113635, 100, 6, 2, 1]
-    static let basicConstraintsOID: ASN1ObjectIdentifier = [2, 5, 29, 19]
-    static let keyUsageOID: ASN1ObjectIdentifier = [2, 5, 29, 15]
-    static let handledCritical: Set<ASN1ObjectIdentifier> = [
-        basicConstraintsOID, keyUsageOID, appleLeafOID, appleIntermediateOID,
-    ]
-
-    static func millis(_ d: Date) -> Int64 { Int64((d.timeIntervalSince1970 * 1000).rounded(.down)) }
-
-    func verifyChain(leafB64: String, interB64: String) throws(VerificationError) -> VerifiedChain {
+    /// Decodes `x5c[0]` and `x5c[1]` and verifies leaf -> intermediate -> a configured root through the shared
+    /// `AppleChainVerifier` (swift-certificates' `Verifier`: RFC 5280 at the validation time, key usage, Apple's
+    /// marker OIDs). `x5c[2]` is never used: the anchor is always a configured root. ES256 needs a P-256 leaf key.
+    func verifyChain(leafB64: String, interB64: String, validationTime: Int64) throws(VerificationError) -> VerifiedChain {
         guard let leafDER = Base64.decodeStandard(leafB64) else {
             throw VerificationError(.malformedJWS, "x5c[0] is not valid base64")
         }
@@ -499,83 +502,16 @@ public final class SignedDataVerifier: Sendable {
         do { inter = try Certificate(derEncoded: interDER) } catch {
             throw VerificationError(.untrustedChain, "x5c[1] is not a valid X.509 certificate: \(error)")
         }
-        // Path leaf -> intermediate -> configured root: names and signatures.
-        guard leaf.issuer == inter.subject else {
+        let r = try chainVerifier.verify(leaf: leaf, intermediates: [inter], validationTime: validationTime)
+        guard r.certificates.count == 3 else {
             throw VerificationError(
-                .untrustedChain, "leaf issuer (\(leaf.issuer)) is not the intermediate's subject (\(inter.subject))")
-        }
-        guard inter.publicKey.isValidSignature(leaf.signature, for: leaf) else {
-            throw VerificationError(.untrustedChain, "leaf certificate signature does not verify with the intermediate's key")
-        }
-        var anchor: TrustedRoot?
-        for root in policy.roots where root.certificate.subject == inter.issuer {
-            if root.certificate.publicKey.isValidSignature(inter.signature, for: inter) {
-                anchor = root
-                break
-            }
-        }
-        guard let anchor else {
-            throw VerificationError(
-                .untrustedChain,
-                "intermediate (issuer \(inter.issuer)) is not signed by any configured root certificate")
-        }
-        let root = anchor.certificate
-        // RFC 5280 structure: CA flags, path length, key usage, critical extensions.
-        try Self.requireCA(inter, name: "intermediate", below: 0)
-        try Self.requireCA(root, name: "root", below: 1, optional: true)
-        let leafKeyUsage: KeyUsage?
-        do { leafKeyUsage = try leaf.extensions.keyUsage } catch {
-            throw VerificationError(.untrustedChain, "leaf has an invalid keyUsage extension")
-        }
-        if let ku = leafKeyUsage, !ku.digitalSignature {
-            throw VerificationError(.untrustedChain, "leaf key usage does not allow digitalSignature")
-        }
-        for (cert, name) in [(leaf, "leaf"), (inter, "intermediate"), (root, "root")] {
-            for ext in cert.extensions where ext.critical && !Self.handledCritical.contains(ext.oid) {
-                throw VerificationError(.untrustedChain, "\(name) has an unhandled critical extension \(ext.oid)")
-            }
-        }
-        // Apple marker extensions (presence).
-        guard leaf.extensions[oid: Self.appleLeafOID] != nil else {
-            throw VerificationError(.missingAppleOID, "leaf lacks Apple's marker extension 1.2.840.113635.100.6.11.1")
-        }
-        guard inter.extensions[oid: Self.appleIntermediateOID] != nil else {
-            throw VerificationError(
-                .missingAppleOID, "intermediate lacks Apple's marker extension 1.2.840.113635.100.6.2.1")
+                .untrustedChain, "the path has \(r.certificates.count) certificates; leaf, x5c[1] and a root are required")
         }
         guard let leafKey = P256.Signing.PublicKey(leaf.publicKey) else {
             throw VerificationError(.untrustedChain, "leaf key is not a P-256 key (ES256 requires P-256)")
         }
-        let notBefore = max(Self.millis(leaf.notValidBefore), Self.millis(inter.notValidBefore), Self.millis(root.notValidBefore))
-        let notAfter = min(Self.millis(leaf.notValidAfter), Self.millis(inter.notValidAfter), Self.millis(root.notValidAfter))
         return VerifiedChain(
-            leafKey: leafKey, notBeforeMillis: notBefore, notAfterMillis: notAfter, rootFingerprint: anchor.fingerprint)
-    }
-
-    static func requireCA(
-        _ cert: Certificate, name: String, below: Int, optional: Bool = false
-    ) throws(VerificationError) {
-        let bc: BasicConstraints?
-        do { bc = try cert.extensions.basicConstraints } catch {
-            throw VerificationError(.untrustedChain, "\(name) has an invalid basicConstraints extension")
-        }
-        switch bc {
-        case .none:
-            if !optional { throw VerificationError(.untrustedChain, "\(name) has no basicConstraints: not a CA") }
-        case .notCertificateAuthority?:
-            throw VerificationError(.untrustedChain, "\(name) is not a CA (basicConstraints cA=false)")
-        case .isCertificateAuthority(let maxPathLength)?:
-            if let maxPathLength, maxPathLength < below {
-                throw VerificationError(
-                    .untrustedChain, "\(name) path length constraint \(maxPathLength) allows fewer CAs below it")
-            }
-        }
-        let ku: KeyUsage?
-        do { ku = try cert.extensions.keyUsage } catch {
-            throw VerificationError(.untrustedChain, "\(name) has an invalid keyUsage extension")
-        }
-        if let ku, !ku.keyCertSign {
-            throw VerificationError(.untrustedChain, "\(name) key usage does not allow keyCertSign")
-        }
+            leafKey: leafKey, notBeforeMillis: r.notBeforeMillis, notAfterMillis: r.notAfterMillis,
+            rootFingerprint: r.anchor.fingerprint, certificates: r.certificates)
     }
 }

@@ -1,4 +1,5 @@
 import AppStoreVerification
+import FleetRevocation
 import FleetTestPKI
 import Foundation
 
@@ -8,6 +9,9 @@ public struct BenchVerify: Sendable {
 
     public var seconds: Double = 3
     public var threads: Int = 1
+    /// soft/hard: also measure transactions/s with revocation checks (warm OCSP answer cache, local openssl
+    /// responders) against the offline verifier of the same run (`revocation_*` fields; target >= 0.9x).
+    public var revocationCheck: RevocationSettings.Mode = .off
 
     public func run() throws {
         let workload = try VerifyBenchmark.Workload()
@@ -41,6 +45,15 @@ public struct BenchVerify: Sendable {
             o["raw_rsa_verifies_per_s"] = .number(receipts.raw_rsa_verifies_per_s)
             o["receipts_vs_raw_rsa"] = .number(receipts.receipts_vs_raw_rsa)
             checks["receipts_target_met"] = .bool(receipts.receipts_vs_raw_rsa >= 0.7)
+            if revocationCheck != .off {
+                let fetcher = OCSPHTTPFetcher()
+                let r = try RevocationBenchmark.run(
+                    mode: revocationCheck, seconds: seconds, threads: threads, fetch: { await fetcher.fetch(request: $0, uri: $1) })
+                if case .object(let fields) = try JSONValue.parse(bytes: Array(try JSONEncoder().encode(r))) {
+                    for (k, v) in fields where k != "threads" && k != "revocation_target_met" { o[k] = v }
+                }
+                checks["revocation_target_met"] = .bool(r.revocation_target_met)
+            }
             o["checks"] = .object(checks)
             object = .object(o)
         }

@@ -57,6 +57,8 @@ struct ChaosChecks {
             case .rejected(let reason, _):
                 rejections.append((i, item.value, reason.rawValue))
                 if item.expectation != reason.rawValue { intentMismatches += 1 }
+            case .retryable:
+                intentMismatches += 1  // the soak runs without revocation checks
             }
         }
         let expectedIds = Set(expectedEvents.map(\.eventId))

@@ -171,6 +171,12 @@ struct IngestHandler: Sendable {
         case .rejected(let reason, let detail):
             metrics.counter("fleet_ingest_verdicts_total", ("verdict", "rejected"), ("reason", reason.rawValue)).increment()
             return IngestHTTP.json(.unprocessableContent, ["verdict": .string("rejected"), "reason": .string(reason.rawValue), "detail": .string(detail)])
+        case .retryable(let reason, let detail):
+            // Published (the workers verify it once the status is known); no verdict now: the client retries.
+            metrics.counter("fleet_ingest_verdicts_total", ("verdict", "retryable"), ("reason", reason.rawValue)).increment()
+            return IngestHTTP.json(
+                .serviceUnavailable, ["verdict": .string("retryable"), "reason": .string(reason.rawValue), "detail": .string(detail)],
+                retryAfter: configuration.retryAfterSeconds)
         }
     }
 

@@ -52,6 +52,9 @@ public struct TestPKI: Sendable {
         public var intermediateNotAfter = TestPKI.defaultNotAfter
         /// Extra extensions on the leaf (e.g. an unknown critical one).
         public var extraLeafExtensions: [Certificate.Extension] = []
+        /// OCSP responder URLs written in the leaf's / intermediate's Authority Information Access (revocation tests).
+        public var leafOCSPURL: String?
+        public var intermediateOCSPURL: String?
         public init() {}
     }
 
@@ -90,6 +93,7 @@ public struct TestPKI: Sendable {
         if options.intermediateAppleOID {
             exts.append(Certificate.Extension(oid: Self.appleIntermediateOID, critical: false, value: [0x05, 0x00]))
         }
+        if let url = options.intermediateOCSPURL { exts.append(try Self.ocspAccess(url)) }
         let intermediate = try Certificate(
             version: .v3, serialNumber: Self.serial(), publicKey: .init(intermediateKey.publicKey),
             notValidBefore: options.intermediateNotBefore, notValidAfter: options.intermediateNotAfter,
@@ -114,6 +118,7 @@ public struct TestPKI: Sendable {
             exts.append(Certificate.Extension(oid: Self.appleLeafOID, critical: false, value: [0x05, 0x00]))
         }
         exts.append(contentsOf: options.extraLeafExtensions)
+        if let url = options.leafOCSPURL { exts.append(try Self.ocspAccess(url)) }
         let leaf = try Certificate(
             version: .v3, serialNumber: Self.serial(), publicKey: .init(leafKey.publicKey),
             notValidBefore: options.leafNotBefore, notValidAfter: options.leafNotAfter,
@@ -125,6 +130,13 @@ public struct TestPKI: Sendable {
         self.intermediate = intermediate
         self.leafKey = leafKey
         self.leaf = leaf
+    }
+
+    /// An Authority Information Access extension naming one OCSP responder.
+    static func ocspAccess(_ url: String) throws -> Certificate.Extension {
+        try Certificate.Extension(
+            AuthorityInformationAccess([.init(method: .ocspServer, location: .uniformResourceIdentifier(url))]),
+            critical: false)
     }
 
     /// The issuer's subject key identifier as an authority key identifier (hash of its key when it has none).

@@ -2,10 +2,12 @@ import AppStoreVerification
 import EntitlementDomain
 import Foundation
 
-/// The result of processing one raw input: events for the result topic, or one rejection for the rejected topic.
+/// The result of processing one raw input: events for the result topic, one rejection for the rejected topic, or
+/// neither for now (`--revocation-check hard` and the chain's revocation status unavailable: try again later).
 public enum ProcessOutcome: Sendable {
     case events([EntitlementEvent], inputKind: String)
     case rejected(reason: RejectionReason, detail: String)
+    case retryable(reason: RejectionReason, detail: String)
 }
 
 /// Where a raw input came from.
@@ -44,6 +46,7 @@ public struct InputProcessor: Sendable {
             item = try value.withUnsafeBufferPointer { buffer throws(VerificationError) in try verifier.verify(buffer: buffer) }
         } catch {
             let detail = error.field.map { "\($0): \(error.detail)" } ?? error.detail
+            if error.isRetryable { return .retryable(reason: error.reason, detail: detail) }
             return .rejected(reason: error.reason, detail: detail)
         }
         let input = VerifiedInput(item)

@@ -25,12 +25,17 @@ public struct WorkerConfiguration: Sendable {
     public var shutdownDeadline: Duration
     public var chainCacheCapacity: Int
     public var lagInterval: Duration
+    /// Online revocation checks (`--revocation-check`); nil: off.
+    public var revocation: RevocationChecker?
+    /// Consecutive retries of inputs whose revocation status is unavailable before readiness reports not ready.
+    public var revocationRetriesBeforeNotReady: Int
 
     public init(
         kafka: KafkaConfiguration, group: String, inputTopics: [String], resultTopic: String, rejectedTopic: String,
         policy: VerificationPolicy, catalogue: ProductCatalogue = ProductCatalogue(), requireKnownProducts: Bool = false,
         threads: Int = ProcessInfo.processInfo.activeProcessorCount, maxBatch: Int = 1000,
-        shutdownDeadline: Duration = .seconds(25), chainCacheCapacity: Int = 1024, lagInterval: Duration = .seconds(5)
+        shutdownDeadline: Duration = .seconds(25), chainCacheCapacity: Int = 1024, lagInterval: Duration = .seconds(5),
+        revocation: RevocationChecker? = nil, revocationRetriesBeforeNotReady: Int = 3
     ) {
         self.kafka = kafka
         self.group = group
@@ -45,6 +50,8 @@ public struct WorkerConfiguration: Sendable {
         self.shutdownDeadline = shutdownDeadline
         self.chainCacheCapacity = chainCacheCapacity
         self.lagInterval = lagInterval
+        self.revocation = revocation
+        self.revocationRetriesBeforeNotReady = max(1, revocationRetriesBeforeNotReady)
     }
 }
 
@@ -83,7 +90,8 @@ public final class VerifierWorker: Service, Sendable {
         self.readiness = readiness
         self.logger = logger
         self.chainCache = ChainCache(capacity: configuration.chainCacheCapacity)
-        let verifier = SignedDataVerifier(policy: configuration.policy, chainCache: chainCache)
+        let verifier = SignedDataVerifier(
+            policy: configuration.policy, chainCache: chainCache, revocation: configuration.revocation)
         self.processor = InputProcessor(
             verifier: verifier,
             mapper: EntitlementMapper(catalogue: configuration.catalogue, requireKnownProducts: configuration.requireKnownProducts))
@@ -143,22 +151,58 @@ public final class VerifierWorker: Service, Sendable {
     /// Verification (and mapping and event encoding) runs on dedicated threads (never the cooperative pool),
     /// `threads` at a time. The outputs are then enqueued in input order on a serial queue while the next batch is
     /// already being verified (the producer may block there for backpressure); at most one batch waits for it.
+    /// Inputs whose revocation status is unavailable (`--revocation-check hard`) hold the whole batch back: they are
+    /// verified again with backoff until they are verified or rejected, and nothing of the batch is emitted (nor new
+    /// work taken) before; readiness goes not ready after `revocationRetriesBeforeNotReady` attempts. On shutdown the
+    /// held batch is dropped unemitted: its offsets were never stored, so it is redelivered.
     func processBatch(_ batch: [KafkaMessage], consumer: KafkaConsumer, producer: KafkaProducer, inFlight: InFlightInputs) async {
-        let threads = configuration.threads
-        let processor = self.processor
+        var prepared = await verifyOnThreads(batch)
+        var attempt = 0
+        while true {
+            let held = prepared.indices.filter { if case .retryable = prepared[$0].outcome { return true }; return false }
+            if held.isEmpty { break }
+            attempt += 1
+            metrics.revocationRetries.increment(by: held.count)
+            if attempt == configuration.revocationRetriesBeforeNotReady { readiness.set("revocation-status", false) }
+            let backoff = Duration.milliseconds(min(30_000, 250 << min(attempt - 1, 7)))
+            logger.warning("revocation status unavailable: batch held, retrying", metadata: [
+                "inputs": "\(held.count)", "attempt": "\(attempt)", "backoff": "\(backoff)",
+            ])
+            let until = ContinuousClock.now + backoff
+            while ContinuousClock.now < until {
+                if Task.isCancelled || Task.isShuttingDownGracefully {
+                    logger.info("shutdown while a batch waits for revocation status: left for redelivery", metadata: ["inputs": "\(batch.count)"])
+                    return
+                }
+                try? await Task.sleep(for: .milliseconds(50))
+            }
+            let again = await verifyOnThreads(held.map { batch[$0] })
+            for (k, i) in held.enumerated() { prepared[i] = again[k] }
+        }
+        if attempt > 0 { readiness.set("revocation-status", true) }
+        let settled = prepared
         await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
             DispatchQueue.global(qos: .userInitiated).async {
-                let prepared = Self.verifyInParallel(batch, processor: processor, threads: threads, metrics: self.metrics) { m, outcome in
-                    self.outputs(for: m, outcome: outcome)
-                }
                 self.emitSlots.wait()
                 self.emitQueue.async {
-                    for (message, item) in zip(batch, prepared) {
+                    for (message, item) in zip(batch, settled) {
                         self.emit(message: message, outcome: item.outcome, outputs: item.outputs, consumer: consumer, producer: producer, inFlight: inFlight)
                     }
                     self.emitSlots.signal()
                 }
                 done.resume()
+            }
+        }
+    }
+
+    private func verifyOnThreads(_ batch: [KafkaMessage]) async -> [Prepared] {
+        let threads = configuration.threads
+        let processor = self.processor
+        return await withCheckedContinuation { (done: CheckedContinuation<[Prepared], Never>) in
+            DispatchQueue.global(qos: .userInitiated).async {
+                done.resume(returning: Self.verifyInParallel(batch, processor: processor, threads: threads, metrics: self.metrics) { m, outcome in
+                    self.outputs(for: m, outcome: outcome)
+                })
             }
         }
     }
@@ -219,6 +263,8 @@ public final class VerifierWorker: Service, Sendable {
                     KafkaHeader(key: RejectedHeaders.sourcePartition, string: String(m.partition)),
                     KafkaHeader(key: RejectedHeaders.sourceOffset, string: String(m.offset)),
                 ])]
+        case .retryable:
+            return []  // never emitted: processBatch verifies it again
         }
     }
 
@@ -235,6 +281,8 @@ public final class VerifierWorker: Service, Sendable {
         case .rejected(let reason):
             metrics.verdict(verified: false, reason: reason.rawValue).increment()
             stats.withLock { $0.inputs += 1; $0.rejected += 1 }
+        case .retryable:
+            return  // unreachable: processBatch emits only settled batches
         }
         if outputs.isEmpty {
             consumer.markProcessed(m)
@@ -312,11 +360,13 @@ struct Prepared: Sendable {
 enum OutcomeSummary: Sendable {
     case verified(events: [(kind: String, effect: String)])
     case rejected(reason: RejectionReason)
+    case retryable
 
     init(_ outcome: ProcessOutcome) {
         switch outcome {
         case .events(let events, _): self = .verified(events: events.map { ($0.kind, $0.effect.rawValue) })
         case .rejected(let reason, _): self = .rejected(reason: reason)
+        case .retryable: self = .retryable
         }
     }
 }
@@ -348,6 +398,7 @@ final class WorkerMetrics: Sendable {
     let batchSize = Recorder(label: "fleet_worker_batch_size", aggregate: true)
     let verifyLatency = Metrics.Timer(label: "fleet_worker_verify_seconds")
     let deliveryRetries = Counter(label: "fleet_worker_delivery_retries_total")
+    let revocationRetries = Counter(label: "fleet_worker_revocation_retries_total")
     private let cacheHits = Counter(label: "fleet_verifier_chain_cache_hits_total")
     private let cacheMisses = Counter(label: "fleet_verifier_chain_cache_misses_total")
     private let published = Mutex<(hits: Int, misses: Int)>((0, 0))

@@ -1,3 +1,4 @@
+import AppStoreVerification
 import ArgumentParser
 import FleetBenchmarks
 
@@ -30,11 +31,20 @@ struct BenchVerifyCommand: ParsableCommand {
 
     @Option(help: "Seconds per phase.") var seconds: Double = 3
     @Option(help: "Threads.") var threads: Int = 1
+    @Option(help: """
+        off (default), or soft/hard: also measure transactions/s with revocation checks (warm OCSP answer cache, \
+        local openssl responders) against the offline verifier in the same run (revocation_* fields; target >= 0.9x).
+        """)
+    var revocationCheck: String = "off"
 
     func run() throws {
+        guard let mode = RevocationSettings.Mode(rawValue: revocationCheck) else {
+            throw ValidationError("--revocation-check must be off, soft or hard, not \(revocationCheck)")
+        }
         var bench = BenchVerify()
         bench.seconds = seconds
         bench.threads = threads
+        bench.revocationCheck = mode
         try bench.run()
     }
 }

@@ -173,8 +173,10 @@ struct Ingest: AsyncParsableCommand {
         if let path = string("products", verification.products) { catalogue = try ProductCatalogue.load(path: path) }
         let requireKnown = try s.bool("require-known-products", flag: verification.requireKnownProducts)
             || w.bool("require-known-products", flag: false)
+        let revocation = try verification.revocation.checker(
+            lookup: { string($0, $1) }, logger: Logger(label: "fleet.ingest.revocation"))
         return InputProcessor(
-            verifier: SignedDataVerifier(policy: policy),
+            verifier: SignedDataVerifier(policy: policy, revocation: revocation),
             mapper: EntitlementMapper(catalogue: catalogue, requireKnownProducts: requireKnown))
     }
 }

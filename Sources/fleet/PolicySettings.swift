@@ -1,7 +1,9 @@
 import AppStoreVerification
 import ArgumentParser
 import FleetOperations
+import FleetRevocation
 import Foundation
+import Logging
 
 /// The verification policy from its settings, shared by `fleet worker` and `fleet ingest` (one policy for both): the
 /// roots (DER or PEM files), accepted environments (default Production), validation time, bundle id, app id, the
@@ -75,4 +77,44 @@ struct VerificationOptions: ParsableArguments {
         name: .customLong("trusted-intermediate"),
         help: "Extra trusted intermediate certificate, DER or PEM (repeatable): \"Apple iTunes Store Certification Authority\" verifies StoreKit 1 transaction receipts.")
     var trustedIntermediates: [String] = []
+
+    @OptionGroup var revocation: RevocationOptions
+}
+
+/// `--revocation-check off|soft|hard` and its OCSP settings (worker, ingest, `fleet verify`; config keys of the same
+/// names, `FLEET_REVOCATION_CHECK`, ...).
+struct RevocationOptions: ParsableArguments {
+    @Option(help: """
+        Online revocation checks of certificate chains (OCSP, answers cached per certificate until their \
+        nextUpdate): off (default), soft (status unavailable: verify anyway, counted and logged) or hard (status \
+        unavailable: retry later, never reject).
+        """)
+    var revocationCheck: String?
+
+    @Option(help: "OCSP request timeout in milliseconds (default 5000).")
+    var ocspTimeoutMs: Int?
+
+    @Option(help: "Longest an OCSP answer is kept, in seconds, even when its nextUpdate is later (default 86400).")
+    var ocspMaxAgeSeconds: Int?
+
+    /// The process's revocation checker (nil for `off`), from flags > environment > config (`lookup` is the layered
+    /// settings' string lookup; pass `{ $1 }` for flags only).
+    func checker(lookup: (String, String?) -> String?, logger: Logger) throws -> RevocationChecker? {
+        let text = lookup("revocation-check", revocationCheck) ?? "off"
+        guard let mode = RevocationSettings.Mode(rawValue: text) else {
+            throw FleetSettings.Error.invalidValue(key: "revocation-check", value: text, expected: "off, soft or hard")
+        }
+        func positive(_ key: String, _ flag: Int?, _ defaultValue: Int) throws -> Int {
+            let raw = lookup(key, flag.map(String.init)) ?? String(defaultValue)
+            guard let v = Int(raw), v > 0 else {
+                throw FleetSettings.Error.invalidValue(key: key, value: raw, expected: "a positive integer")
+            }
+            return v
+        }
+        let timeout = try positive("ocsp-timeout-ms", ocspTimeoutMs, 5_000)
+        let maxAge = try positive("ocsp-max-age-seconds", ocspMaxAgeSeconds, 86_400)
+        return RevocationSetup.checker(
+            settings: RevocationSettings(mode: mode, maxAgeMillis: Int64(maxAge) * 1000), timeout: .milliseconds(timeout),
+            logger: logger)
+    }
 }

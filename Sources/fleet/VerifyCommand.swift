@@ -1,6 +1,8 @@
 import AppStoreVerification
 import ArgumentParser
+import FleetOperations
 import Foundation
+import Logging
 
 /// `fleet verify`: verify App Store JWS from files or stdin, one JSON verdict per input line.
 struct Verify: ParsableCommand {
@@ -13,6 +15,7 @@ struct Verify: ParsableCommand {
             {"receipt-data":"..."} body, or a StoreKit 1 transactionReceipt (with --trusted-intermediate). Output, in order, one JSON object per line:
               {"verdict":"verified","kind":"notification|transaction|renewalInfo|appTransaction|appReceipt","payload":{...}}
               {"verdict":"rejected","reason":"CODE","detail":"..."}
+              {"verdict":"retryable","reason":"REVOCATION_STATUS_UNAVAILABLE","detail":"..."} (--revocation-check hard)
             Exit status: 0 when every line was processed (whatever the verdicts), 2 on usage or configuration errors.
             Blank lines are skipped.
             """
@@ -37,6 +40,8 @@ struct Verify: ParsableCommand {
         name: .customLong("allow-unsigned-environments"),
         help: "Development only: accept Xcode/LocalTesting data, which is not signed by Apple.")
     var allowUnsignedEnvironments = false
+
+    @OptionGroup var revocation: RevocationOptions
 
     @Option(
         name: .customLong("max-receipt-bytes"),
@@ -111,7 +116,17 @@ struct Verify: ParsableCommand {
                 handles.append(h)
             }
         }
-        let verifier = SignedDataVerifier(policy: policy)
+        let checker: RevocationChecker?
+        do {
+            // Flags, then FLEET_REVOCATION_CHECK / FLEET_OCSP_TIMEOUT_MS / FLEET_OCSP_MAX_AGE_SECONDS.
+            let env = ProcessInfo.processInfo.environment
+            checker = try revocation.checker(
+                lookup: { $1 ?? env[FleetSettings.environmentName(for: $0)] },
+                logger: Logger(label: "fleet.verify.revocation") { StreamLogHandler.standardError(label: $0) })
+        } catch {
+            throw fail("\(error)")
+        }
+        let verifier = SignedDataVerifier(policy: policy, revocation: checker)
         for h in handles { Self.process(h, verifier) }
     }
 
@@ -150,7 +165,7 @@ struct Verify: ParsableCommand {
             return .object(["verdict": "verified", "kind": .string(item.kind), "payload": item.renderedJSON])
         } catch {
             var o: [String: JSONValue] = [
-                "verdict": "rejected", "reason": .string(error.reason.rawValue), "detail": .string(error.detail),
+                "verdict": error.isRetryable ? "retryable" : "rejected", "reason": .string(error.reason.rawValue), "detail": .string(error.detail),
             ]
             if let field = error.field { o["field"] = .string(field) }
             return .object(o)

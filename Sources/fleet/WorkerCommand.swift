@@ -140,7 +140,9 @@ struct Worker: AsyncParsableCommand {
             policy: policy, catalogue: catalogue,
             requireKnownProducts: try s.bool("require-known-products", flag: verification.requireKnownProducts),
             threads: try s.int("threads", flag: threads, default: ProcessInfo.processInfo.activeProcessorCount),
-            shutdownDeadline: .seconds(try s.int("shutdown-deadline-seconds", flag: service.shutdownDeadlineSeconds, default: 25)))
+            shutdownDeadline: .seconds(try s.int("shutdown-deadline-seconds", flag: service.shutdownDeadlineSeconds, default: 25)),
+            revocation: try verification.revocation.checker(
+                lookup: { s.string($0, flag: $1) }, logger: Logger(label: "fleet.worker.revocation")))
     }
 
     static let fetchDefaults = [

@@ -53,6 +53,8 @@ import Testing
                 #expect(item.expectation == reason.rawValue, "input #\(i) rejected as \(reason.rawValue) (\(detail)), generator meant \(item.expectation)")
                 reasons.insert(reason.rawValue)
                 rejected += 1
+            case .retryable(let reason, let detail):
+                Issue.record("input #\(i) retryable (\(reason.rawValue): \(detail)) without revocation checks")
             }
         }
         #expect(verified > rejected, "mostly valid traffic")

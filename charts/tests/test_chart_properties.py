@@ -19,6 +19,7 @@ CONTRACT_WORKER_KEYS = {
     "app-apple-id", "products", "require-known-products", "metrics-port", "shutdown-deadline-seconds",
     "log-level", "log-format", "validation-time", "allow-unsigned-environments", "metrics-host", "offset-reset-policy",
     "max-receipt-bytes", "trusted-intermediate", "stall-timeout-seconds",
+    "revocation-check", "ocsp-timeout-ms", "ocsp-max-age-seconds",
 }
 CONTRACT_SINK_KEYS = {
     "group", "result-topic", "database-url", "rejected-topic", "metrics-port", "shutdown-deadline-seconds",

@@ -66,13 +66,15 @@ public struct SigningKeyUsagePolicy: VerifierPolicy {
 /// (`RFC5280Policy` at a fixed validation time: signatures, names, CA flags, path length, critical extensions,
 /// validity of every certificate) plus `SigningKeyUsagePolicy` and `AppleMarkerOIDPolicy`, anchored at the policy's configured roots.
 ///
-/// Key-type neutral (it returns the leaf's `Certificate.PublicKey`), so the JWS path can move onto it later.
+/// Key-type neutral (it returns the leaf's `Certificate.PublicKey`): one verifier for JWS (`x5c`) and receipt chains.
 /// Failures map onto the core's reason codes: no path to a configured root or an RFC 5280 failure ->
 /// `UNTRUSTED_CHAIN`; a validity failure -> `CERTIFICATE_NOT_VALID_AT_TIME`; the marker rule -> `MISSING_APPLE_OID`.
 public struct AppleChainVerifier: Sendable {
     public struct Result: Sendable {
         public let leafKey: Certificate.PublicKey
         public let anchor: TrustedRoot
+        /// The verified path, leaf first, the configured root last.
+        public let certificates: [Certificate]
         /// The intersection of every certificate's validity window, ms since the epoch (inclusive).
         public let notBeforeMillis: Int64
         public let notAfterMillis: Int64
@@ -108,23 +110,42 @@ public struct AppleChainVerifier: Sendable {
                 notBefore = max(notBefore, Self.millis(c.notValidBefore))
                 notAfter = min(notAfter, Self.millis(c.notValidAfter))
             }
-            return Result(leafKey: leaf.publicKey, anchor: anchor, notBeforeMillis: notBefore, notAfterMillis: notAfter)
+            return Result(
+                leafKey: leaf.publicKey, anchor: anchor, certificates: certs, notBeforeMillis: notBefore,
+                notAfterMillis: notAfter)
         case .couldNotValidate(let failures):
-            throw Self.map(failures, leaf: leaf, date: date)
+            throw Self.map(failures, leaf: leaf, intermediates: intermediates, date: date)
         }
     }
+
+    /// Critical extensions the policies above handle (RFC 5280's and the marker OIDs).
+    static let handledCritical: Set<ASN1ObjectIdentifier> = [
+        [2, 5, 29, 19], [2, 5, 29, 15], [2, 5, 29, 30], [2, 5, 29, 17], [2, 5, 29, 37],
+        AppleMarkerOIDPolicy.leafOID, AppleMarkerOIDPolicy.intermediateOID,
+    ]
 
     static func millis(_ d: Date) -> Int64 { Int64((d.timeIntervalSince1970 * 1000).rounded(.down)) }
 
     /// The most specific reason among the candidate chains' failures (a chain that reached a root was built).
-    static func map(_ failures: [CertificateValidationResult.PolicyFailure], leaf: Certificate, date: Date) -> VerificationError {
+    static func map(
+        _ failures: [CertificateValidationResult.PolicyFailure], leaf: Certificate, intermediates: [Certificate], date: Date
+    ) -> VerificationError {
         if failures.isEmpty {
+            // The Verifier builds no chain through a certificate with a critical extension no policy handles.
+            for (cert, name) in [(leaf, "leaf")] + intermediates.map({ ($0, "intermediate \($0.subject)") }) {
+                for ext in cert.extensions where ext.critical && !Self.handledCritical.contains(ext.oid) {
+                    return VerificationError(.untrustedChain, "\(name) has an unhandled critical extension \(ext.oid)")
+                }
+            }
             return VerificationError(
                 .untrustedChain,
-                "no chain from the signer (\(leaf.subject)) through the SignedData's certificates to a configured root "
-                    + "certificate (issuer \(leaf.issuer))")
+                "no chain from the leaf (\(leaf.subject)) through the given intermediate certificates (JWS x5c[1], "
+                    + "receipt SignedData certificates) to a configured root certificate (leaf issuer \(leaf.issuer))")
         }
-        for f in failures where f.policyFailureReason.description.hasPrefix(AppleMarkerOIDPolicy.failurePrefix) {
+        // The marker rule speaks only for a full path (leaf, intermediate, root); a shorter one (an intermediate
+        // configured as a root) is untrusted.
+        for f in failures
+        where f.chain.count >= 3 && f.policyFailureReason.description.hasPrefix(AppleMarkerOIDPolicy.failurePrefix) {
             return VerificationError(.missingAppleOID, String(f.policyFailureReason.description.dropFirst(AppleMarkerOIDPolicy.failurePrefix.count + 1)))
         }
         for f in failures {
@@ -139,12 +160,13 @@ public struct AppleChainVerifier: Sendable {
     }
 }
 
-/// Runs an async computation to completion from synchronous code, on a task executor of its own (a serial dispatch
-/// queue), so a caller blocked on a cooperative-pool thread never waits for that pool. Used only on chain-cache
-/// misses (swift-certificates' `Verifier` is async; it never suspends on in-memory certificate stores).
+/// Runs an async computation to completion from synchronous code, on a task executor of its own (a concurrent
+/// dispatch queue: a task runs one job at a time, several callers' tasks run side by side), so a caller blocked on a
+/// cooperative-pool thread never waits for that pool. Used only on chain-cache misses (swift-certificates' `Verifier`
+/// is async; it never suspends on in-memory certificate stores) and on revocation-status misses (OCSP).
 enum SyncBridge {
     final class QueueExecutor: TaskExecutor, @unchecked Sendable {
-        let queue = DispatchQueue(label: "AppStoreVerification.chain-verifier")
+        let queue = DispatchQueue(label: "AppStoreVerification.chain-verifier", attributes: .concurrent)
         func enqueue(_ job: consuming ExecutorJob) {
             let job = UnownedJob(job)
             let executor = asUnownedTaskExecutor()

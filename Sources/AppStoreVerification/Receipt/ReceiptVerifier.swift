@@ -70,8 +70,11 @@ extension SignedDataVerifier {
             return VerifiedAppReceipt(payload: receipt)
         }
 
-        let key = try Self.signerKey(try receiptChain(signed, validationTime: validationTime), at: validationTime)
+        let chain = try receiptChain(signed, validationTime: validationTime)
+        let key = try Self.signerKey(chain, at: validationTime)
         try Self.checkReceiptSignature(signed, key: key)
+        // Revocation (opt-in), as for JWS chains: only once the signature verified.
+        if let revocation { try revocation.check(chain) }
 
         // App policy.
         guard let bundle = receipt.bundleId else {
@@ -129,11 +132,10 @@ extension SignedDataVerifier {
         var intermediates = certificates
         let leaf = intermediates.remove(at: leafIndex)
         // RFC 5280 at this receipt's validation time; a cached chain is checked against its window per receipt.
-        let r = try AppleChainVerifier(roots: policy.roots).verify(
-            leaf: leaf, intermediates: intermediates, validationTime: validationTime)
+        let r = try chainVerifier.verify(leaf: leaf, intermediates: intermediates, validationTime: validationTime)
         let chain = VerifiedChain(
             leafCertificateKey: r.leafKey, notBeforeMillis: r.notBeforeMillis, notAfterMillis: r.notAfterMillis,
-            rootFingerprint: r.anchor.fingerprint)
+            rootFingerprint: r.anchor.fingerprint, certificates: r.certificates)
         chainCache?.insert(key, chain)
         return chain
     }

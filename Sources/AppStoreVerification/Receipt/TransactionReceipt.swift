@@ -204,7 +204,7 @@ extension SignedDataVerifier {
             chainCache?.insert(cacheKey, verified)
             return verified
         case .couldNotValidate(let failures):
-            throw AppleChainVerifier.map(failures, leaf: ca, date: date)
+            throw AppleChainVerifier.map(failures, leaf: ca, intermediates: [], date: date)
         }
     }
 
