@@ -9,7 +9,7 @@ PG_BIN ?= $(shell ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -
 # Installs what is missing on a fresh Debian machine (run as root, as CI does).
 deps:
 	@missing=""; \
-	for pkg in librdkafka-dev pkg-config kcat chromium openssl; do dpkg -s $$pkg >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \
+	for pkg in librdkafka-dev pkg-config kcat chromium openssl wrk; do dpkg -s $$pkg >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \
 	if [ -z "$(PG_BIN)" ] || [ ! -x "$(PG_BIN)/initdb" ]; then missing="$$missing postgresql"; fi; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
