@@ -131,54 +131,60 @@ struct DashboardEndToEndTests {
             ],
             logger: logger))
         let running = Task { try await group.run() }
-        defer { running.cancel() }
-
-        // Generous deadline: the machine may be loaded.
-        let deadline = ContinuousClock.now + .seconds(120)
-        var summary: DashboardSummary?
-        var port: Int?
-        while ContinuousClock.now < deadline {
-            port = state.boundPort
-            if let port, let s = try Self.fetchSummary(port: port), s.events == traffic.distinct,
-               s.rejectedTotal == traffic.rejected.values.reduce(0, +), s.lag.total == 0 {
-                summary = s
-                break
+        // A failed check ends the services gracefully, never by cancellation: cancelling the server with connections
+        // open trips a debug assertion in NIO (a writer deinitialised unfinished) that took the whole test process down.
+        do {
+            // Generous deadline: the machine may be loaded.
+            let deadline = ContinuousClock.now + .seconds(120)
+            var summary: DashboardSummary?
+            var port: Int?
+            while ContinuousClock.now < deadline {
+                port = state.boundPort
+                if let port, let s = try Self.fetchSummary(port: port), s.events == traffic.distinct,
+                   s.rejectedTotal == traffic.rejected.values.reduce(0, +), s.lag.total == 0 {
+                    summary = s
+                    break
+                }
+                try await Task.sleep(for: .milliseconds(300))
             }
-            try await Task.sleep(for: .milliseconds(300))
-        }
-        let s = try #require(summary, "the dashboard did not catch up: \(String(describing: state.summary()))")
-        #expect(s.events == traffic.distinct)
-        #expect(s.byKind == traffic.byKind)
-        #expect(s.rejected == traffic.rejected)
-        #expect(s.activeEntitlements == traffic.active)
-        #expect(s.records.undecodable == 1)
-        #expect(s.records.duplicates == traffic.records.count - traffic.distinct - 1 - 6)
-        #expect(s.lag.result == 0 && s.lag.rejected == 0)
-        let env = try #require(s.environments["Production"])
-        let credited = env.consumables["com.example.gems.100"]?.credited ?? -1
-        #expect(credited == Int64(100 * 48))
-        #expect(env.perMinute.map { $0.byKind.values.reduce(0, +) }.reduce(0, +) == traffic.distinct)
-        let p = try #require(port)
-        // Each probe retried for a while: on a loaded 2-core machine one answer can be late or readiness lag behind
-        // the consumer by a mirror round; a probe that never succeeds fails with its last answer.
-        func eventually(_ path: String, _ ok: (HTTPProbe.Response) -> Bool) async throws -> HTTPProbe.Response? {
-            let until = ContinuousClock.now + .seconds(45)
-            var last: HTTPProbe.Response?
-            repeat {
-                last = HTTPProbe.get(port: p, path: path, timeoutSeconds: 15)
-                if let r = last, ok(r) { return r }
-                try await Task.sleep(for: .milliseconds(500))
-            } while ContinuousClock.now < until
-            Issue.record("\(path): \(last.map { "\($0.status) \($0.body.prefix(300))" } ?? "no answer")")
-            return nil
-        }
-        _ = try await eventually("/healthz") { $0.status == 200 }
-        _ = try await eventually("/readyz") { $0.status == 200 }
-        _ = try await eventually("/metrics") { $0.body.contains("fleet_dashboard_records_total") }
-        let page = try #require(try await eventually("/") { $0.status == 200 })
-        #expect(page.body.contains(DashboardPage.grouped(traffic.distinct)))
+            let s = try #require(summary, "the dashboard did not catch up: \(String(describing: state.summary()))")
+            #expect(s.events == traffic.distinct)
+            #expect(s.byKind == traffic.byKind)
+            #expect(s.rejected == traffic.rejected)
+            #expect(s.activeEntitlements == traffic.active)
+            #expect(s.records.undecodable == 1)
+            #expect(s.records.duplicates == traffic.records.count - traffic.distinct - 1 - 6)
+            #expect(s.lag.result == 0 && s.lag.rejected == 0)
+            let env = try #require(s.environments["Production"])
+            let credited = env.consumables["com.example.gems.100"]?.credited ?? -1
+            #expect(credited == Int64(100 * 48))
+            #expect(env.perMinute.map { $0.byKind.values.reduce(0, +) }.reduce(0, +) == traffic.distinct)
+            let p = try #require(port)
+            // Each probe retried for a while: on a loaded 2-core machine one answer can be late or readiness lag behind
+            // the consumer by a mirror round; a probe that never succeeds fails with its last answer.
+            func eventually(_ path: String, _ ok: (HTTPProbe.Response) -> Bool) async throws -> HTTPProbe.Response? {
+                let until = ContinuousClock.now + .seconds(45)
+                var last: HTTPProbe.Response?
+                repeat {
+                    last = HTTPProbe.get(port: p, path: path, timeoutSeconds: 15)
+                    if let r = last, ok(r) { return r }
+                    try await Task.sleep(for: .milliseconds(500))
+                } while ContinuousClock.now < until
+                Issue.record("\(path): \(last.map { "\($0.status) \($0.body.prefix(300))" } ?? "no answer")")
+                return nil
+            }
+            _ = try await eventually("/healthz") { $0.status == 200 }
+            _ = try await eventually("/readyz") { $0.status == 200 }
+            _ = try await eventually("/metrics") { $0.body.contains("fleet_dashboard_records_total") }
+            let page = try #require(try await eventually("/") { $0.status == 200 })
+            #expect(page.body.contains(DashboardPage.grouped(traffic.distinct)))
 
-        try await Self.browserCheck(port: p, expectedTotal: DashboardPage.grouped(traffic.distinct))
+            try await Self.browserCheck(port: p, expectedTotal: DashboardPage.grouped(traffic.distinct))
+        } catch {
+            await group.triggerGracefulShutdown()
+            _ = try? await running.value
+            throw error
+        }
         await group.triggerGracefulShutdown()
         _ = try? await running.value
     }
