@@ -292,7 +292,7 @@ let package = Package(
             ]
         ),
         .testTarget(name: "FleetRevocationTests", dependencies: [
-            "FleetRevocation", "AppStoreVerification", "FleetTestPKI",
+            "FleetRevocation", "AppStoreVerification", "FleetTestPKI", "FleetTestSupport",
             .product(name: "Crypto", package: "swift-crypto"),
             .product(name: "X509", package: "swift-certificates"),
             .product(name: "SwiftASN1", package: "swift-asn1"),
@@ -345,6 +345,7 @@ let package = Package(
         ]),
         .testTarget(name: "FleetFuzzingTests", dependencies: [
             "FleetFuzzing", "FleetTestPKI", "AppStoreVerification", "EntitlementDomain", "FleetIngestRequests",
+            "FleetTestSupport",
         ]),
         .testTarget(name: "AppStoreServerAPITests", dependencies: [
             "AppStoreServerAPI", "FleetTestSupport", "FleetTestPKI", "AppStoreVerification",

@@ -19,10 +19,7 @@ struct IngestCommandTests {
     }
 
     static func onThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        let r: Result<T, any Error> = await withCheckedContinuation { c in
-            Thread { c.resume(returning: Result { try body() }) }.start()
-        }
-        return try r.get()
+        try await offPool(body)
     }
 
     static func readAll(_ bootstrap: String, _ topic: String, atLeast count: Int) async throws -> [KafkaMessage] {

@@ -7,7 +7,9 @@ import Testing
 /// `fleet verify --revocation-check`: a responder that is down gives the retryable verdict in hard mode (exit 0) and
 /// a verified one in soft mode; a revoked leaf (real `openssl ocsp` responder) is rejected `CERTIFICATE_REVOKED`.
 @Suite(.serialized) struct FleetVerifyRevocation {
-    @Test func verdictsPerMode() throws {
+    @Test func verdictsPerMode() async throws { try await offPool { try self.verdictsPerModeBlocking() } }
+
+    func verdictsPerModeBlocking() throws {
         let pki = try RevocationTestPKI()
         defer { pki.stop() }
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("fleet-verify-ocsp-\(UUID().uuidString)")

@@ -1,6 +1,7 @@
 import AppStoreVerification
 import EntitlementDomain
 import FleetIngestRequests
+import FleetTestSupport
 import Foundation
 import Testing
 
@@ -16,10 +17,7 @@ let regressionRoot = repositoryRoot.appendingPathComponent("Fuzz/regressions")
 /// loader code runs (`LoaderTargets.blocking`), and two test cases blocking the two pool threads of a 2-core machine at
 /// once left that code no thread to run on (the whole suite hung).
 func runOffPool(_ target: FuzzTarget, _ bytes: [UInt8]) async throws {
-    let result: Result<Void, InvariantViolation> = await withCheckedContinuation { c in
-        Thread.detachNewThread { c.resume(returning: Result { () throws(InvariantViolation) in try target.run(bytes) }) }
-    }
-    try result.get()
+    try await offPool { try target.run(bytes) }
 }
 
 func files(in dir: URL) -> [(String, [UInt8])] {

@@ -1,6 +1,7 @@
 import AppStoreVerification
 import FleetFuzzing
 import FleetTestPKI
+import FleetTestSupport
 import Foundation
 import Testing
 
@@ -29,10 +30,12 @@ import Testing
     /// FLEET_DIFFERENTIAL=0 to skip it.
     @Test(.enabled(if: DifferentialTests.available && ProcessInfo.processInfo.environment["FLEET_DIFFERENTIAL"] != "0",
                    "python3 with app-store-server-library (make deps-differential)"))
-    func verdictsAgreeWithApplesLibrary() throws {
+    func verdictsAgreeWithApplesLibrary() async throws { try await offPool { try Self.compare() } }
+
+    static func compare() throws {
         let corpus = try DifferentialCorpus(count: Int(ProcessInfo.processInfo.environment["FLEET_DIFFERENTIAL_COUNT"] ?? "") ?? 3000)
         let ours = try corpus.fleetVerdicts()
-        let theirs = try Self.applesVerdicts(corpus)
+        let theirs = try applesVerdicts(corpus)
         try #require(theirs.count == corpus.cases.count, "the Python side answered \(theirs.count) of \(corpus.cases.count)")
 
         var agreed = 0, bothVerified = 0
@@ -45,7 +48,7 @@ import Testing
                 if weVerify { bothVerified += 1 }
                 continue
             }
-            if let why = Self.explain(c, ours: ours[i], theirs: theirs[i]) {
+            if let why = explain(c, ours: ours[i], theirs: theirs[i]) {
                 explainedCount[why, default: 0] += 1
             } else {
                 unexplained.append("\(c.mutation): ours \(ours[i]), Apple's \(theirs[i]): \(c.jws)")

@@ -1,6 +1,7 @@
 import AppStoreVerification
 import FleetRevocation
 import FleetTestPKI
+import FleetTestSupport
 import Foundation
 import Synchronization
 import Testing
@@ -18,7 +19,9 @@ struct RevocationTests {
         }
     }
 
-    @Test func goodChainVerifiesInBothModes() throws {
+    @Test func goodChainVerifiesInBothModes() async throws { try await offPool { try self.goodChainVerifiesInBothModesBlocking() } }
+
+    func goodChainVerifiesInBothModesBlocking() throws {
         let p = try pki
         for mode in [RevocationSettings.Mode.soft, .hard] {
             let h = Harness(p.good, mode: mode)
@@ -28,7 +31,9 @@ struct RevocationTests {
         }
     }
 
-    @Test func revokedLeafIsRejected() throws {
+    @Test func revokedLeafIsRejected() async throws { try await offPool { try self.revokedLeafIsRejectedBlocking() } }
+
+    func revokedLeafIsRejectedBlocking() throws {
         let p = try pki
         for mode in [RevocationSettings.Mode.soft, .hard] {
             let h = Harness(p.revokedLeaf, mode: mode)
@@ -38,14 +43,18 @@ struct RevocationTests {
         }
     }
 
-    @Test func revokedIntermediateIsRejected() throws {
+    @Test func revokedIntermediateIsRejected() async throws { try await offPool { try self.revokedIntermediateIsRejectedBlocking() } }
+
+    func revokedIntermediateIsRejectedBlocking() throws {
         let p = try pki
         let h = Harness(p.revokedIntermediate, mode: .soft)
         let e = h.expectFailure(p.revokedIntermediate.sign(TestPayloads.transaction()))
         #expect(e?.reason == .certificateRevoked)
     }
 
-    @Test func offModeNeverAsks() throws {
+    @Test func offModeNeverAsks() async throws { try await offPool { try self.offModeNeverAsksBlocking() } }
+
+    func offModeNeverAsksBlocking() throws {
         let p = try pki
         let before = p.leafResponder.requestCount
         let h = Harness(p.revokedLeaf, mode: .off)
@@ -55,7 +64,9 @@ struct RevocationTests {
     }
 
     @Test(arguments: ["unknown", "down", "slow", "wrongSigner", "stale"])
-    func statusUnavailableIsRetryableInHardAndUncheckedInSoft(_ name: String) throws {
+    func statusUnavailableIsRetryableInHardAndUncheckedInSoft(_ name: String) async throws { try await offPool { try self.statusUnavailableIsRetryableInHardAndUncheckedInSoftBlocking(name) } }
+
+    func statusUnavailableIsRetryableInHardAndUncheckedInSoftBlocking(_ name: String) throws {
         let p = try pki
         let chain: TestPKI
         var clockOffset: Int64 = 0
@@ -85,7 +96,9 @@ struct RevocationTests {
         }
     }
 
-    @Test func oneRequestPerCertificateHoweverManyMessages() throws {
+    @Test func oneRequestPerCertificateHoweverManyMessages() async throws { try await offPool { try self.oneRequestPerCertificateHoweverManyMessagesBlocking() } }
+
+    func oneRequestPerCertificateHoweverManyMessagesBlocking() throws {
         let p = try pki
         let leaves = p.goodLeaves
         let leafBefore = p.leafResponder.requestCount
@@ -107,7 +120,9 @@ struct RevocationTests {
         #expect(h.cache.hits >= messages.count)
     }
 
-    @Test func warmChainCacheDoesNoRevocationWork() throws {
+    @Test func warmChainCacheDoesNoRevocationWork() async throws { try await offPool { try self.warmChainCacheDoesNoRevocationWorkBlocking() } }
+
+    func warmChainCacheDoesNoRevocationWorkBlocking() throws {
         let p = try pki
         let h = Harness(p.good, mode: .hard)
         _ = try h.verifier.verify(p.good.sign(TestPayloads.transaction()))
@@ -134,7 +149,9 @@ struct RevocationTests {
         #expect(h.cache.fetches == 4)
     }
 
-    @Test func hardModeRecoversWhenTheResponderComesBack() throws {
+    @Test func hardModeRecoversWhenTheResponderComesBack() async throws { try await offPool { try self.hardModeRecoversWhenTheResponderComesBackBlocking() } }
+
+    func hardModeRecoversWhenTheResponderComesBackBlocking() throws {
         let p = try pki
         // A responder for a fresh leaf that starts only after the first attempt failed.
         let port = try OCSPTestResponder.freePort()
