@@ -35,6 +35,9 @@ struct ConsumerState {
     var fetched: [TopicPartition: Int64] = [:]
     /// When the application last asked for messages (`nextBatch`), for the stall watch.
     var lastAsk = ContinuousClock.now
+    /// The application holds its work on purpose and says so elsewhere (a worker waiting for revocation status in
+    /// hard mode): not a stall.
+    var holding = false
     var joined = false
     var stopRequested = false
     /// The poll thread has finished closing; the handle is destroyed or about to be.
@@ -254,8 +257,9 @@ final class ConsumerCore: RDKafkaClientOwner {
             let snap = state.wait(until: { $0.stopRequested }, timeoutSeconds: interval) { s, _ -> StallWatch.Snapshot? in
                 s.stopRequested || s.handleGone ? nil : StallWatch.Snapshot(
                     partitions: s.assignment.subtracting(s.blocked), delivered: s.fetched,
-                    backpressured: s.buffered >= maxBuffered,
-                    untaken: s.buffered > 0 && ContinuousClock.now - s.lastAsk >= watch.timeout ? s.bufferedPerPartition() : [:])
+                    backpressured: s.buffered >= maxBuffered || s.holding,
+                    untaken: !s.holding && s.buffered > 0 && ContinuousClock.now - s.lastAsk >= watch.timeout
+                        ? s.bufferedPerPartition() : [:])
             }
             guard let snap else { break }
             watch.check(snap, query: { queryWatermarks($0, timeoutMs: queryMs) },
@@ -448,6 +452,13 @@ final class ConsumerCore: RDKafkaClientOwner {
     }
 
     var assignment: Set<TopicPartition> { state.withLock { $0.assignment } }
+    func setHolding(_ on: Bool) {
+        state.withLock { s in
+            s.holding = on
+            s.lastAsk = .now
+        }
+    }
+
     var isReady: Bool {
         state.withLock { $0.joined && !$0.stopRequested && $0.fatal == nil && !$0.handleGone && $0.blocked.isEmpty }
             && !(stallWatch?.hasStall ?? false)

@@ -61,6 +61,11 @@ public final class KafkaConsumer: Sendable {
     /// an offset reset under `OffsetResetPolicy.fail`.
     public var isReady: Bool { core.isReady }
 
+    /// The application holds its work on purpose (a worker waiting for revocation status in `--revocation-check hard`
+    /// mode, reported on its own readiness line): while on, the stall watch does not take the untaken buffer for a
+    /// stall, so the process is not restarted for waiting.
+    public func setHolding(_ on: Bool) { core.setHolding(on) }
+
     /// Partitions paused because their position went out of range under `OffsetResetPolicy.fail`.
     public var blockedPartitions: Set<TopicPartition> { core.blockedPartitions }
 

@@ -162,6 +162,7 @@ public final class VerifierWorker: Service, Sendable {
             let held = prepared.indices.filter { if case .retryable = prepared[$0].outcome { return true }; return false }
             if held.isEmpty { break }
             attempt += 1
+            if attempt == 1 { consumer.setHolding(true) }
             metrics.revocationRetries.increment(by: held.count)
             if attempt == configuration.revocationRetriesBeforeNotReady { readiness.set("revocation-status", false) }
             let backoff = Duration.milliseconds(min(30_000, 250 << min(attempt - 1, 7)))
@@ -172,6 +173,7 @@ public final class VerifierWorker: Service, Sendable {
             while ContinuousClock.now < until {
                 if Task.isCancelled || Task.isShuttingDownGracefully {
                     logger.info("shutdown while a batch waits for revocation status: left for redelivery", metadata: ["inputs": "\(batch.count)"])
+                    consumer.setHolding(false)
                     return
                 }
                 try? await Task.sleep(for: .milliseconds(50))
@@ -179,7 +181,10 @@ public final class VerifierWorker: Service, Sendable {
             let again = await verifyOnThreads(held.map { batch[$0] })
             for (k, i) in held.enumerated() { prepared[i] = again[k] }
         }
-        if attempt > 0 { readiness.set("revocation-status", true) }
+        if attempt > 0 {
+            consumer.setHolding(false)
+            readiness.set("revocation-status", true)
+        }
         let settled = prepared
         await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
             DispatchQueue.global(qos: .userInitiated).async {

@@ -38,8 +38,10 @@ struct RevocationHoldTests {
             settings: RevocationSettings(mode: .hard, failureRetryMillis: 100),
             fetch: { await fetcher.fetch(request: $0, uri: $1) })
         let readiness = Readiness()
+        var kafka = KafkaConfiguration(bootstrapServers: cluster.bootstrapServers, clientId: "worker-test", sessionTimeoutMilliseconds: 6000, heartbeatIntervalMilliseconds: 500)
+        kafka.stallTimeoutSeconds = 1  // a deliberate hold is not a stall: no stall may be declared while it lasts
         let config = WorkerConfiguration(
-            kafka: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers, clientId: "worker-test", sessionTimeoutMilliseconds: 6000, heartbeatIntervalMilliseconds: 500),
+            kafka: kafka,
             group: "verifiers", inputTopics: ["raw"], resultTopic: "result", rejectedTopic: "rejected",
             policy: try pki.policy(environments: [.sandbox]), threads: 2, maxBatch: 16,
             revocation: RevocationChecker(cache: cache), revocationRetriesBeforeNotReady: 2)
@@ -55,6 +57,10 @@ struct RevocationHoldTests {
         #expect(readiness.failing.contains("revocation-status"))
         #expect(cache.fetches >= 2)
         #expect(worker.statistics.inputs == 0)
+        // Held past twice the stall timeout: still live, and no stall declared.
+        try await Task.sleep(for: .seconds(3))
+        #expect(!ConsumerStalls.all.contains { $0.group == "verifiers" }, "\(ConsumerStalls.all)")
+        #expect(ConsumerStalls.isLive)
 
         let responder = try OCSPTestResponder(
             issuer: pki.intermediate, signer: pki.intermediate, signerKeyPEM: pki.intermediateKey.pemRepresentation,
