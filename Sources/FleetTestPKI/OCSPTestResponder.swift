@@ -101,6 +101,12 @@ public final class OCSPTestResponder: @unchecked Sendable {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw ResponderError("socket() failed") }
         defer { close(fd) }
+        guard let port = bindLoopback(fd, listening: false) else { throw ResponderError("bind() failed") }
+        return port
+    }
+
+    /// Binds `fd` to 127.0.0.1 on a port the kernel picks (and listens, if asked); the port, or nil on failure.
+    static func bindLoopback(_ fd: Int32, listening: Bool) -> Int? {
         var addr = sockaddr_in()
         addr.sin_family = sa_family_t(AF_INET)
         addr.sin_port = 0
@@ -108,11 +114,10 @@ public final class OCSPTestResponder: @unchecked Sendable {
         var len = socklen_t(MemoryLayout<sockaddr_in>.size)
         let ok = withUnsafeMutablePointer(to: &addr) { ptr in
             ptr.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa -> Bool in
-                bind(fd, sa, len) == 0 && getsockname(fd, sa, &len) == 0
+                bind(fd, sa, len) == 0 && (!listening || listen(fd, 64) == 0) && getsockname(fd, sa, &len) == 0
             }
         }
-        guard ok else { throw ResponderError("bind() failed") }
-        return Int(UInt16(bigEndian: addr.sin_port))
+        return ok ? Int(UInt16(bigEndian: addr.sin_port)) : nil
     }
 }
 
@@ -124,22 +129,12 @@ public final class SilentTCPListener: @unchecked Sendable {
 
     public init() throws {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_port = 0
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let ok = withUnsafeMutablePointer(to: &addr) { ptr in
-            ptr.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa -> Bool in
-                bind(fd, sa, len) == 0 && listen(fd, 64) == 0 && getsockname(fd, sa, &len) == 0
-            }
-        }
-        guard ok else {
+        guard let port = OCSPTestResponder.bindLoopback(fd, listening: true) else {
             close(fd)
             throw OCSPTestResponder.ResponderError("could not listen on 127.0.0.1")
         }
         self.fd = fd
-        port = Int(UInt16(bigEndian: addr.sin_port))
+        self.port = port
     }
 
     public var url: String { "http://127.0.0.1:\(port)" }
