@@ -123,7 +123,7 @@ public enum IngestRequests {
         }
     }
 
-    /// The value of top-level member `key` of a JSON object when it is a string (1...256 bytes, no escapes) or an
+    /// The value of top-level member `key` of a JSON object when it is a string (1...256 bytes of valid UTF-8, no escapes) or an
     /// integer; nil otherwise. A scan, not a validator: only used to pick a partition key from unverified input.
     static func topLevelMember(_ b: [UInt8], _ key: [UInt8]) -> String? {
         let quote = UInt8(ascii: "\""), backslash = UInt8(ascii: "\\")
@@ -187,7 +187,9 @@ public enum IngestRequests {
                 guard i < n else { return nil }
                 if b[i] == quote {
                     guard let value = string(), !value.1, (1...256).contains(value.0.count) else { return nil }
-                    return String(decoding: b[value.0], as: UTF8.self)
+                    // Valid UTF-8 only: decoding with repair would turn each bad byte into a 3-byte U+FFFD and let the
+                    // key grow past the bound (found by the ingest fuzz target: a 390-byte key).
+                    return String(validating: b[value.0], as: UTF8.self)
                 }
                 let start = i
                 if i < n, b[i] == UInt8(ascii: "-") { i += 1 }

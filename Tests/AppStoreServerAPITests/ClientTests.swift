@@ -247,8 +247,10 @@ enum API {
         let h = StandInFixtures.subscriptionHistory(pki: API.pki, count: 2)
         server.addHistory(originalTransactionId: h.originalTransactionId, transactionIds: h.transactionIds, signedTransactions: h.signedTransactions)
         server.setRefunds(originalTransactionId: h.originalTransactionId, signedTransactions: [h.signedTransactions[1]])
-        server.stallNext(1, for: .seconds(5))
-        let client = API.client(key, server, timeout: .seconds(1))
+        // The stalled attempt outlasts the timeout by far; the timeout leaves the retries room on a loaded machine
+        // (at 1 s, four attempts all timed out under CI load).
+        server.stallNext(1, for: .seconds(12))
+        let client = API.client(key, server, timeout: .seconds(4))
         let refunds = try await client.refundHistory(transactionId: h.transactionIds[0])
         #expect(refunds.signedTransactions == [h.signedTransactions[1]])
         #expect(refunds.hasMore == false)
