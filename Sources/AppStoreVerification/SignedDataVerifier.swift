@@ -448,6 +448,7 @@ public final class SignedDataVerifier: Sendable {
         return nil
     }
 
+    /// The members that mark each kind (for error details).
     static func markers(_ kind: Kind) -> [String] {
         switch kind {
         case .notification: return ["notificationType"]
@@ -457,7 +458,15 @@ public final class SignedDataVerifier: Sendable {
         }
     }
 
-    static func hasMarker(_ o: [String: JSONValue], of kind: Kind) -> Bool { markers(kind).contains { o[$0] != nil } }
+    /// On the hot path (every JWS a caller names the kind of): no array built, as `markers` would.
+    static func hasMarker(_ o: [String: JSONValue], of kind: Kind) -> Bool {
+        switch kind {
+        case .notification: return o["notificationType"] != nil
+        case .transaction: return o["transactionId"] != nil
+        case .renewalInfo: return o["originalTransactionId"] != nil
+        case .appTransaction: return o["receiptCreationDate"] != nil || o["receiptType"] != nil || o["appTransactionId"] != nil
+        }
+    }
     static func markerNames(_ kind: Kind) -> String { markers(kind).joined(separator: ", ") }
 
     static func environmentOf(kind: Kind, _ o: [String: JSONValue]) throws(VerificationError) -> Environment? {
