@@ -87,6 +87,13 @@ public struct IngestConfiguration: Sendable {
         k.idempotence = true
         let ms = Int(publishTimeout.components.seconds * 1000 + publishTimeout.components.attoseconds / 1_000_000_000_000_000)
         k.messageTimeoutMilliseconds = ms
+        // No linger unless one is asked for: each request waits for its own delivery report, so time a message
+        // spends waiting for company is latency every client pays, and with a bounded number of clients it caps the
+        // rate (`fleet bench ingest`, 64 connections: 8,400 notifications/s with linger.ms=5, 13,000-16,000 with 0).
+        // Messages still travel in batches under load: they queue while earlier requests are in flight.
+        if k.properties["linger.ms"] == nil && k.properties["queue.buffering.max.ms"] == nil {
+            k.lingerMilliseconds = 0
+        }
         k.lingerMilliseconds = min(k.lingerMilliseconds, max(0, ms / 10))
         k.maxInFlightMessages = max(k.maxInFlightMessages, maxInFlight)
         // A deployment may override librdkafka defaults through properties, but never the delivery guarantee.

@@ -85,6 +85,15 @@ struct IngestRequestTests {
         #expect(p.lingerMilliseconds < 2500)
     }
 
+    @Test("the producer does not linger unless a linger is asked for (each request waits for its own report)")
+    func producerLinger() {
+        let plain = IngestConfiguration(kafka: KafkaConfiguration(bootstrapServers: "x:1")).producerConfiguration
+        #expect(plain.lingerMilliseconds == 0)
+        let asked = IngestConfiguration(kafka: KafkaConfiguration(bootstrapServers: "x:1", properties: ["linger.ms": "3"]))
+        #expect(asked.producerConfiguration.lingerMilliseconds == 5)  // the library default; the property wins
+        #expect(asked.producerConfiguration.properties["linger.ms"] == "3")
+    }
+
     @Test("invalid settings are refused with the key named; the token is never shown")
     func validation() {
         var c = IngestConfiguration(kafka: KafkaConfiguration(bootstrapServers: "x:1"))
