@@ -7,7 +7,7 @@
 /// - a StoreKit 1 `transactionReceipt` (base64 of an old-style plist with `signature` and `purchase-info`): verified
 ///   when its issuer is a configured trusted intermediate, else rejected with `LEGACY_TRANSACTION_RECEIPT_UNSUPPORTED`.
 extension SignedDataVerifier {
-    func verifyTop(_ raw: UnsafeBufferPointer<UInt8>, expected: Kind?) throws(VerificationError) -> VerifiedItem {
+    func verifyTop(_ raw: UnsafeBufferPointer<UInt8>, expected: VerifiedItem.Kind?) throws(VerificationError) -> VerifiedItem {
         // JWS keep their own (smaller) bound, checked in verifyJWS; receipts theirs.
         let bound = max(policy.maxInputBytes, policy.maxReceiptBytes)
         if raw.count > bound {
@@ -70,7 +70,7 @@ extension SignedDataVerifier {
         return try verifyItem(buf, expected: expected)
     }
 
-    static func requireReceiptExpected(_ expected: Kind?) throws(VerificationError) {
+    static func requireReceiptExpected(_ expected: VerifiedItem.Kind?) throws(VerificationError) {
         if let expected {
             throw VerificationError(.malformedJWS, "input is a legacy app receipt, expected a \(expected.rawValue) JWS")
         }

@@ -65,6 +65,9 @@ public struct JWSTransactionDecodedPayload: Sendable, Hashable {
     public var revocationPercentage: Int64? { raw.int("revocationPercentage") }
     /// Advanced Commerce API data, kept as JSON.
     public var advancedCommerceInfo: JSONValue? { raw["advancedCommerceInfo"] }
+    /// StoreKit's device check: base64(SHA-384(lowercased `deviceVerificationNonce` + lowercased device id)).
+    public var deviceVerification: String? { raw.str("deviceVerification") }
+    public var deviceVerificationNonce: String? { raw.str("deviceVerificationNonce") }
 
     public init(raw: JSONValue) { self.raw = raw }
 }
@@ -122,6 +125,8 @@ public struct AppTransaction: Sendable, Hashable {
     public var originalPlatform: PurchasePlatform? { raw.str("originalPlatform").map(PurchasePlatform.init(rawValue:)) }
     /// Some producers also put `signedDate` in AppTransactions; Apple documents `receiptCreationDate`.
     public var signedDate: Int64? { raw.int("signedDate") }
+    /// Some producers also send an `environment` member; Apple documents `receiptType`.
+    public var environment: Environment? { raw.str("environment").map(Environment.init(rawValue:)) }
 
     public init(raw: JSONValue) { self.raw = raw }
 }

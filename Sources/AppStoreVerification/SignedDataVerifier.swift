@@ -48,13 +48,7 @@ public final class SignedDataVerifier: Sendable {
         self.chainVerifier = AppleChainVerifier(roots: policy.roots)
     }
 
-    public static let systemNowMillis: @Sendable () -> Int64 = {
-        Int64((Date().timeIntervalSince1970 * 1000).rounded(.down))
-    }
-
-    enum Kind: String {
-        case notification, transaction, renewalInfo, appTransaction
-    }
+    public static let systemNowMillis: @Sendable () -> Int64 = { EpochMillis.now() }
 
     // MARK: - Public entry points
 
@@ -140,7 +134,7 @@ public final class SignedDataVerifier: Sendable {
 
     // MARK: - Items
 
-    func verifyItem(_ buf: UnsafeBufferPointer<UInt8>, expected: Kind?) throws(VerificationError) -> VerifiedItem {
+    func verifyItem(_ buf: UnsafeBufferPointer<UInt8>, expected: VerifiedItem.Kind?) throws(VerificationError) -> VerifiedItem {
         let (kind, payload) = try verifyJWS(buf, expected: expected)
         switch kind {
         case .transaction:
@@ -159,6 +153,9 @@ public final class SignedDataVerifier: Sendable {
             return .appTransaction(VerifiedAppTransaction(payload: AppTransaction(raw: payload)))
         case .notification:
             return .notification(try finishNotification(payload))
+        case .appReceipt:
+            // No JWS payload is detected as a receipt, and hasMarker refuses one expected as a receipt.
+            throw VerificationError(.malformedJWS, "a JWS payload is never an app receipt")
         }
     }
 
@@ -218,7 +215,7 @@ public final class SignedDataVerifier: Sendable {
             appTransaction: appTransaction)
     }
 
-    func nested(_ v: JSONValue, field: String, kind: Kind) throws(VerificationError) -> VerifiedItem {
+    func nested(_ v: JSONValue, field: String, kind: VerifiedItem.Kind) throws(VerificationError) -> VerifiedItem {
         guard let jws = v.stringValue else {
             throw VerificationError(.malformedJWS, "\(field) must be a JWS string", field: field)
         }
@@ -238,8 +235,8 @@ public final class SignedDataVerifier: Sendable {
     static let l2Tag: UInt8 = 0x58  // 'X': exact x5c[0] + x5c[1] strings
 
     func verifyJWS(
-        _ buf: UnsafeBufferPointer<UInt8>, expected: Kind?
-    ) throws(VerificationError) -> (Kind, JSONValue) {
+        _ buf: UnsafeBufferPointer<UInt8>, expected: VerifiedItem.Kind?
+    ) throws(VerificationError) -> (VerifiedItem.Kind, JSONValue) {
         let n = buf.count
         if n > policy.maxInputBytes {
             throw VerificationError(.payloadTooLarge, "JWS is \(n) bytes; the limit is \(policy.maxInputBytes) bytes")
@@ -306,7 +303,7 @@ public final class SignedDataVerifier: Sendable {
         guard case .object(let obj) = payload else {
             throw VerificationError(.malformedJWS, "JWS payload is not a JSON object")
         }
-        let detected: Kind
+        let detected: VerifiedItem.Kind
         if let expected {
             // The caller knows the kind (as with Apple's per-kind calls): a member another kind also has (a renewal
             // info with a receiptType) does not change it; only the strong markers (notificationType, transactionId)
@@ -433,7 +430,7 @@ public final class SignedDataVerifier: Sendable {
         return ChainCacheKey(bytes: bytes)
     }
 
-    static func detectKind(_ o: [String: JSONValue]) -> Kind? {
+    static func detectKind(_ o: [String: JSONValue]) -> VerifiedItem.Kind? {
         if let kind = strongKind(o) { return kind }
         if o["receiptCreationDate"] != nil || o["receiptType"] != nil { return .appTransaction }
         if o["originalTransactionId"] != nil { return .renewalInfo }
@@ -442,34 +439,36 @@ public final class SignedDataVerifier: Sendable {
     }
 
     /// The kinds whose marker no other kind carries: a notification (notificationType), a transaction (transactionId).
-    static func strongKind(_ o: [String: JSONValue]) -> Kind? {
+    static func strongKind(_ o: [String: JSONValue]) -> VerifiedItem.Kind? {
         if o["notificationType"] != nil { return .notification }
         if o["transactionId"] != nil { return .transaction }
         return nil
     }
 
     /// The members that mark each kind (for error details).
-    static func markers(_ kind: Kind) -> [String] {
+    static func markers(_ kind: VerifiedItem.Kind) -> [String] {
         switch kind {
         case .notification: return ["notificationType"]
         case .transaction: return ["transactionId"]
         case .renewalInfo: return ["originalTransactionId"]
         case .appTransaction: return ["receiptCreationDate", "receiptType", "appTransactionId"]
+        case .appReceipt: return []
         }
     }
 
     /// On the hot path (every JWS a caller names the kind of): no array built, as `markers` would.
-    static func hasMarker(_ o: [String: JSONValue], of kind: Kind) -> Bool {
+    static func hasMarker(_ o: [String: JSONValue], of kind: VerifiedItem.Kind) -> Bool {
         switch kind {
         case .notification: return o["notificationType"] != nil
         case .transaction: return o["transactionId"] != nil
         case .renewalInfo: return o["originalTransactionId"] != nil
         case .appTransaction: return o["receiptCreationDate"] != nil || o["receiptType"] != nil || o["appTransactionId"] != nil
+        case .appReceipt: return false
         }
     }
-    static func markerNames(_ kind: Kind) -> String { markers(kind).joined(separator: ", ") }
+    static func markerNames(_ kind: VerifiedItem.Kind) -> String { markers(kind).joined(separator: ", ") }
 
-    static func environmentOf(kind: Kind, _ o: [String: JSONValue]) throws(VerificationError) -> Environment? {
+    static func environmentOf(kind: VerifiedItem.Kind, _ o: [String: JSONValue]) throws(VerificationError) -> Environment? {
         func read(_ v: JSONValue?, _ field: String) throws(VerificationError) -> Environment? {
             guard let v, v != .null else { return nil }
             guard let s = v.stringValue else { throw VerificationError(.malformedJWS, "\(field) must be a string") }
@@ -478,6 +477,7 @@ public final class SignedDataVerifier: Sendable {
         switch kind {
         case .transaction, .renewalInfo: return try read(o["environment"], "environment")
         case .appTransaction: return try read(o["receiptType"], "receiptType")
+        case .appReceipt: return nil
         case .notification:
             for section in ["data", "summary", "appData"] {
                 if let s = o[section]?.objectValue { return try read(s["environment"], "\(section).environment") }
@@ -487,8 +487,7 @@ public final class SignedDataVerifier: Sendable {
     }
 
     static func iso(_ ms: Int64) -> String {
-        let d = Date(timeIntervalSince1970: Double(ms) / 1000)
-        return d.formatted(.iso8601)
+        EpochMillis.date(ms).formatted(.iso8601)
     }
 
     // MARK: - Chain verification (cache miss)

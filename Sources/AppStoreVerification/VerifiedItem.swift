@@ -51,14 +51,33 @@ public enum VerifiedItem: Sendable, Hashable {
     /// A legacy PKCS#7 app receipt.
     case appReceipt(VerifiedAppReceipt)
 
-    /// `notification`, `transaction`, `renewalInfo`, `appTransaction` or `appReceipt`.
-    public var kind: String {
+    /// The kind of a verified input, the one vocabulary for it: the kind the verifier detects (or is asked for), the
+    /// case the mapper maps, `fleet verify`'s `"kind"` and an event's `source.inputKind` (the raw values).
+    public enum Kind: String, Sendable, Hashable, Codable, CaseIterable {
+        case notification, transaction, renewalInfo, appTransaction
+        /// A legacy PKCS#7 app receipt or StoreKit 1 transaction receipt: never the kind of a JWS.
+        case appReceipt
+    }
+
+    public var itemKind: Kind {
         switch self {
-        case .notification: return "notification"
-        case .transaction: return "transaction"
-        case .renewalInfo: return "renewalInfo"
-        case .appTransaction: return "appTransaction"
-        case .appReceipt: return "appReceipt"
+        case .notification: return .notification
+        case .transaction: return .transaction
+        case .renewalInfo: return .renewalInfo
+        case .appTransaction: return .appTransaction
+        case .appReceipt: return .appReceipt
+        }
+    }
+
+    /// `itemKind`'s name: `notification`, `transaction`, `renewalInfo`, `appTransaction` or `appReceipt`.
+    public var kind: String { itemKind.rawValue }
+
+    /// The verified transaction this item is or carries (a notification's `data.signedTransactionInfo`).
+    public var transactionPayload: JWSTransactionDecodedPayload? {
+        switch self {
+        case .transaction(let t): return t.payload
+        case .notification(let n): return n.transaction
+        case .renewalInfo, .appTransaction, .appReceipt: return nil
         }
     }
 

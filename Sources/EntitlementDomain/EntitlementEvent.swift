@@ -42,7 +42,8 @@ public struct EventSource: Codable, Sendable, Equatable, Hashable {
     public var topic: String
     public var partition: Int32
     public var offset: Int64
-    /// `notification`, `transaction`, `renewalInfo` or `appTransaction`.
+    /// The raw value of a `VerifiedItem.Kind`: `notification`, `transaction`, `renewalInfo`, `appTransaction` or
+    /// `appReceipt` (typed: `kind`).
     public var inputKind: String
 
     public init(topic: String, partition: Int32, offset: Int64, inputKind: String) {
@@ -72,7 +73,7 @@ public struct EntitlementEvent: Codable, Sendable, Equatable {
     /// (AppTransaction: `appTransactionId`).
     public var subject: String?
     public var productId: String?
-    /// Apple's product type: `Auto-Renewable Subscription`, `Non-Consumable`, `Consumable`, `Non-Renewing Subscription`.
+    /// Apple's product type, a `ProductType` raw value (typed: `appleProductType`).
     public var productType: String?
     public var transactionId: String?
     public var originalTransactionId: String?

@@ -10,62 +10,57 @@ extension EntitlementMapper {
     /// - consumables and non-consumables GRANT, auto-renewable periods are observed with their expiry (GRANT while
     ///   unexpired at the receipt creation date, else INFO), a `cancellationDate` REVOKEs (REFUNDED);
     /// - `signedDate` = receipt creation date (ordering), subject = originalTransactionId.
-    func receiptEvents(_ receipt: JSONValue, source: EventSource, verifiedAt: Int64) throws(DomainRejection) -> [EntitlementEvent] {
-        let created = receipt["receiptCreationDate"]?.int64Value ?? 0
-        let environment = receipt["environment"]?.stringValue ?? "Unknown"
+    func receiptEvents(_ receipt: AppReceipt, source: EventSource, verifiedAt: Int64) throws(DomainRejection) -> [EntitlementEvent] {
+        let created = receipt.receiptCreationDate ?? 0
         var events: [EntitlementEvent] = []
-        for entry in receipt["inApp"]?.arrayValue ?? [] {
-            let productId = entry["productId"]?.stringValue
-            let product = productId.flatMap { catalogue[$0] }
-            let known = product != nil
-            let txn = Self.transactionShape(
-                entry, receipt: receipt, created: created, catalogueType: product?.kind.appleProductType)
-            if !known && txn["type"] == nil {
-                if let productId, requireKnownProducts {
+        for entry in receipt.inApp {
+            let product = entry.productId.flatMap { catalogue[$0] }
+            let txn = Self.transactionShape(entry, receipt: receipt, created: created, catalogueType: product?.kind.productType)
+            if product == nil && entry.type == nil {
+                if let productId = entry.productId, requireKnownProducts {
                     throw DomainRejection(reason: .unknownProduct, detail: "productId \(productId) is not in the product catalogue")
                 }
                 var e = EntitlementEvent(
                     eventId: "", kind: "RECEIPT_ENTRY_OBSERVED", effect: .info, reason: "receipt_unknown_product_type",
-                    environment: environment, bundleId: receipt["bundleId"]?.stringValue,
-                    appAppleId: receipt["appAppleId"]?.int64Value,
-                    subject: txn["originalTransactionId"]?.stringValue ?? txn["transactionId"]?.stringValue,
-                    productId: productId, transactionId: txn["transactionId"]?.stringValue,
-                    originalTransactionId: txn["originalTransactionId"]?.stringValue,
-                    signedDate: created, verifiedAt: verifiedAt, source: source, transaction: txn)
-                e.quantity = txn["quantity"]?.int64Value.map { Int($0) }
-                events.append(finish(e, key: "receipt:\(txn["transactionId"]?.stringValue ?? "")"))
+                    environment: receipt.environment.rawValue, bundleId: receipt.bundleId, appAppleId: receipt.appAppleId,
+                    subject: entry.originalTransactionId ?? entry.transactionId,
+                    productId: entry.productId, transactionId: entry.transactionId,
+                    originalTransactionId: entry.originalTransactionId,
+                    signedDate: created, verifiedAt: verifiedAt, source: source, transaction: txn.raw)
+                e.quantity = entry.quantity.map { Int($0) }
+                events.append(finish(e, key: "receipt:\(entry.transactionId ?? "")"))
                 continue
             }
             for var e in try clientTransactionEvents(txn, source: source, verifiedAt: verifiedAt) {
-                e.appAppleId = receipt["appAppleId"]?.int64Value
+                e.appAppleId = receipt.appAppleId
                 events.append(e)
             }
         }
         return events
     }
 
-    /// An in-app entry as a JWS-transaction-shaped object (Apple's JWS names and product type spellings).
+    /// An in-app entry as a JWS transaction (Apple's JWS names and product type spellings): `cancellationDate` is
+    /// its `revocationDate`, the receipt creation date its `signedDate`, the catalogue's type wins over field 1707.
     static func transactionShape(
-        _ entry: JSONValue, receipt: JSONValue, created: Int64, catalogueType: String? = nil
-    ) -> JSONValue {
+        _ entry: AppReceiptInApp, receipt: AppReceipt, created: Int64, catalogueType: ProductType? = nil
+    ) -> JWSTransactionDecodedPayload {
         var t: [String: JSONValue] = [:]
-        for key in ["transactionId", "originalTransactionId", "productId", "quantity", "purchaseDate",
-                    "originalPurchaseDate", "expiresDate", "promotionalOfferId"] {
-            if let v = entry[key] { t[key] = v }
-        }
-        if let v = entry["webOrderLineItemId"]?.int64Value { t["webOrderLineItemId"] = .string(String(v)) }
-        if let v = entry["cancellationDate"] { t["revocationDate"] = v }
-        switch entry["productType"]?.int64Value {
-        case 0: t["type"] = .string("Non-Consumable")
-        case 1: t["type"] = .string("Consumable")
-        case 2: t["type"] = .string("Non-Renewing Subscription")
-        case 3: t["type"] = .string("Auto-Renewable Subscription")
-        default: break
-        }
-        if let catalogueType { t["type"] = .string(catalogueType) }
-        if let env = receipt["environment"] { t["environment"] = env }
-        if let b = receipt["bundleId"] { t["bundleId"] = b }
+        func put(_ key: String, _ value: String?) { if let value { t[key] = .string(value) } }
+        func put(_ key: String, _ value: Int64?) { if let value { t[key] = .integer(value) } }
+        put("transactionId", entry.transactionId)
+        put("originalTransactionId", entry.originalTransactionId)
+        put("productId", entry.productId)
+        put("quantity", entry.quantity)
+        put("purchaseDate", entry.purchaseDate)
+        put("originalPurchaseDate", entry.originalPurchaseDate)
+        put("expiresDate", entry.expiresDate)
+        put("promotionalOfferId", entry.promotionalOfferId)
+        put("webOrderLineItemId", entry.webOrderLineItemId.map { String($0) })
+        put("revocationDate", entry.cancellationDate)
+        put("type", (catalogueType ?? entry.type)?.rawValue)
+        put("environment", receipt.environment.rawValue)
+        put("bundleId", receipt.bundleId)
         t["signedDate"] = .integer(created)
-        return .object(t)
+        return JWSTransactionDecodedPayload(raw: .object(t))
     }
 }

@@ -2,29 +2,6 @@ import AppStoreVerification
 import Crypto
 import Foundation
 
-/// A verified input, as the mapper sees it: the decoded payload of the outer JWS and the verified nested ones.
-/// Everything here must already have passed the verification core; the mapper trusts it.
-public struct VerifiedInput: Sendable {
-    public enum Kind: String, Sendable, Codable {
-        case notification, transaction, renewalInfo, appTransaction, appReceipt
-    }
-
-    public var kind: Kind
-    /// The outer decoded payload (notification body, transaction, renewal info or AppTransaction).
-    public var payload: JSONValue
-    public var transaction: JSONValue?
-    public var renewalInfo: JSONValue?
-    public var appTransaction: JSONValue?
-
-    public init(kind: Kind, payload: JSONValue, transaction: JSONValue? = nil, renewalInfo: JSONValue? = nil, appTransaction: JSONValue? = nil) {
-        self.kind = kind
-        self.payload = payload
-        self.transaction = transaction
-        self.renewalInfo = renewalInfo
-        self.appTransaction = appTransaction
-    }
-}
-
 /// Why a verified input is still refused by the domain (sent to the rejected topic like a verification failure).
 public struct DomainRejection: Error, Sendable, Equatable {
     public var reason: RejectionReason
@@ -57,26 +34,28 @@ public struct EntitlementMapper: Sendable {
     /// The Kafka key for an event: its ordering key (originalTransactionId, else transactionId, else appTransactionId).
     public static func partitionKey(for event: EntitlementEvent) -> String {
         event.originalTransactionId ?? event.transactionId
-            ?? event.appTransaction?["appTransactionId"]?.stringValue ?? event.notification?.uuid ?? event.eventId
+            ?? event.appTransactionPayload?.appTransactionId ?? event.notification?.uuid ?? event.eventId
     }
 
     // MARK: - Entry point
 
-    public func events(for input: VerifiedInput, source: EventSource, verifiedAt: Int64) throws(DomainRejection) -> [EntitlementEvent] {
-        switch input.kind {
-        case .notification: return try notificationEvents(input, source: source, verifiedAt: verifiedAt)
-        case .transaction: return try clientTransactionEvents(input.payload, source: source, verifiedAt: verifiedAt)
-        case .renewalInfo: return [renewalInfoEvent(input.payload, source: source, verifiedAt: verifiedAt)]
-        case .appTransaction: return [appTransactionEvent(input.payload, source: source, verifiedAt: verifiedAt)]
-        case .appReceipt: return try receiptEvents(input.payload, source: source, verifiedAt: verifiedAt)
+    /// The events of an item verified by the core, read through the core's typed payloads. The item must already
+    /// have passed the verification core: the mapper trusts it.
+    public func events(for item: VerifiedItem, source: EventSource, verifiedAt: Int64) throws(DomainRejection) -> [EntitlementEvent] {
+        switch item {
+        case .notification(let n): return try notificationEvents(n, source: source, verifiedAt: verifiedAt)
+        case .transaction(let t): return try clientTransactionEvents(t.payload, source: source, verifiedAt: verifiedAt)
+        case .renewalInfo(let r): return [renewalInfoEvent(r.payload, source: source, verifiedAt: verifiedAt)]
+        case .appTransaction(let a): return [appTransactionEvent(a.payload, source: source, verifiedAt: verifiedAt)]
+        case .appReceipt(let r): return try receiptEvents(r.payload, source: source, verifiedAt: verifiedAt)
         }
     }
 
     /// Device check from the seeds: `deviceVerification` == base64(SHA-384(lowercased nonce + lowercased device id)).
-    public static func checkDeviceVerification(transaction: JSONValue, deviceVerificationId: String) throws(DomainRejection) {
-        guard let expected = transaction["deviceVerification"]?.stringValue,
-              let nonce = transaction["deviceVerificationNonce"]?.stringValue
-        else {
+    public static func checkDeviceVerification(
+        transaction: JWSTransactionDecodedPayload, deviceVerificationId: String
+    ) throws(DomainRejection) {
+        guard let expected = transaction.deviceVerification, let nonce = transaction.deviceVerificationNonce else {
             throw DomainRejection(reason: .deviceVerificationMismatch, detail: "a device-verification-id was given but the transaction has no deviceVerification/deviceVerificationNonce")
         }
         let digest = SHA384.hash(data: Array((nonce.lowercased() + deviceVerificationId.lowercased()).utf8))
@@ -132,34 +111,29 @@ public struct EntitlementMapper: Sendable {
         }
     }
 
-    func notificationEvents(_ input: VerifiedInput, source: EventSource, verifiedAt: Int64) throws(DomainRejection) -> [EntitlementEvent] {
-        let body = input.payload
-        let type = body["notificationType"]?.stringValue ?? ""
-        let subtype = body["subtype"]?.stringValue
-        let uuid = body["notificationUUID"]?.stringValue ?? ""
-        let signedDate = body["signedDate"]?.int64Value ?? 0
-        let data = body["data"] ?? body["appData"]
-        let notification = EventNotification(uuid: uuid, type: type, subtype: subtype, signedDate: signedDate, version: body["version"]?.stringValue)
-        let txn = input.transaction
-        let renewal = input.renewalInfo
-
-        var details: [String: JSONValue] = [:]
-        for key in ["summary", "externalPurchaseToken"] { if let v = body[key] { details[key] = v } }
-        if let data = body["data"] {
-            for key in ["status", "consumptionRequestReason", "bundleVersion"] { if let v = data[key] { details[key] = v } }
-        }
+    func notificationEvents(_ n: VerifiedNotification, source: EventSource, verifiedAt: Int64) throws(DomainRejection) -> [EntitlementEvent] {
+        let body = n.payload
+        let type = body.notificationType?.rawValue ?? ""
+        let subtype = body.subtype?.rawValue
+        let uuid = body.notificationUUID ?? ""
+        let signedDate = body.signedDate ?? 0
+        let notification = EventNotification(uuid: uuid, type: type, subtype: subtype, signedDate: signedDate, version: body.version)
+        let txn = n.transaction
+        let renewal = n.renewalInfo
+        // The app section: `data`, else `appData` (RESCIND_CONSENT).
+        let app = body.data.map { (environment: $0.environment, bundleId: $0.bundleId, appAppleId: $0.appAppleId) }
+            ?? body.appData.map { (environment: $0.environment, bundleId: $0.bundleId, appAppleId: $0.appAppleId) }
 
         var base = try baseEvent(
-            transaction: txn, renewal: renewal, appTransaction: input.appTransaction,
-            environment: data?["environment"]?.stringValue ?? txn?["environment"]?.stringValue
-                ?? body["summary"]?["environment"]?.stringValue ?? body["externalPurchaseToken"]?["environment"]?.stringValue ?? "Unknown",
-            bundleId: data?["bundleId"]?.stringValue ?? txn?["bundleId"]?.stringValue
-                ?? body["summary"]?["bundleId"]?.stringValue ?? body["externalPurchaseToken"]?["bundleId"]?.stringValue,
-            appAppleId: data?["appAppleId"]?.int64Value ?? body["summary"]?["appAppleId"]?.int64Value
-                ?? body["externalPurchaseToken"]?["appAppleId"]?.int64Value,
+            transaction: txn, renewal: renewal, appTransaction: n.appTransaction,
+            // Not the token's derived environment (its `externalPurchaseId` prefix): only an `environment` member, as sent.
+            environment: app?.environment?.rawValue ?? txn?.environment?.rawValue ?? body.summary?.environment?.rawValue
+                ?? body.externalPurchaseToken?.raw["environment"]?.stringValue ?? "Unknown",
+            bundleId: app?.bundleId ?? txn?.bundleId ?? body.summary?.bundleId ?? body.externalPurchaseToken?.bundleId,
+            appAppleId: app?.appAppleId ?? body.summary?.appAppleId ?? body.externalPurchaseToken?.appAppleId,
             signedDate: signedDate, source: source, verifiedAt: verifiedAt)
         base.notification = notification
-        base.details = details.isEmpty ? nil : .object(details)
+        base.details = Self.notificationDetails(body)
 
         guard let (kind, effect, reason) = Self.classify(type: type, subtype: subtype) else {
             var e = base
@@ -176,7 +150,7 @@ public struct EntitlementMapper: Sendable {
         let productKind = productKind(e)
         switch (type, effect) {
         case ("DID_FAIL_TO_RENEW", _) where subtype == "GRACE_PERIOD":
-            e.validUntil = renewal?["gracePeriodExpiresDate"]?.int64Value ?? e.validUntil
+            e.validUntil = renewal?.gracePeriodExpiresDate ?? e.validUntil
         case ("REFUND", _), ("REVOKE", _):
             e.validUntil = e.revocationDate ?? signedDate
         case ("ONE_TIME_CHARGE", _):
@@ -195,24 +169,35 @@ public struct EntitlementMapper: Sendable {
         return [finish(e, key: uuid)]
     }
 
+    /// Notification-level extras, copied as Apple sent them (whatever their JSON type): `summary`,
+    /// `externalPurchaseToken`, and `data`'s `status`, `consumptionRequestReason`, `bundleVersion`.
+    static func notificationDetails(_ body: ResponseBodyV2DecodedPayload) -> JSONValue? {
+        var details: [String: JSONValue] = [:]
+        for key in ["summary", "externalPurchaseToken"] { if let v = body.raw[key] { details[key] = v } }
+        if let data = body.data?.raw {
+            for key in ["status", "consumptionRequestReason", "bundleVersion"] { if let v = data[key] { details[key] = v } }
+        }
+        return details.isEmpty ? nil : .object(details)
+    }
+
     // MARK: - Client-sent data (StoreKit 2)
 
-    func clientTransactionEvents(_ txn: JSONValue, source: EventSource, verifiedAt: Int64) throws(DomainRejection) -> [EntitlementEvent] {
-        let signedDate = txn["signedDate"]?.int64Value ?? 0
+    func clientTransactionEvents(_ txn: JWSTransactionDecodedPayload, source: EventSource, verifiedAt: Int64) throws(DomainRejection) -> [EntitlementEvent] {
+        let signedDate = txn.signedDate ?? 0
         var e = try baseEvent(
             transaction: txn, renewal: nil, appTransaction: nil,
-            environment: txn["environment"]?.stringValue ?? "Unknown", bundleId: txn["bundleId"]?.stringValue,
+            environment: txn.environment?.rawValue ?? "Unknown", bundleId: txn.bundleId,
             appAppleId: nil, signedDate: signedDate, source: source, verifiedAt: verifiedAt)
         let kind = productKind(e)
         if let revoked = e.revocationDate {
-            let family = e.revocationType == "FAMILY_REVOKE"
+            let family = txn.revocationType == .familyRevoke
             e.kind = family ? "FAMILY_ACCESS_REVOKED" : "REFUNDED"
             e.effect = .revoke
             e.reason = family ? "family_revoke" : "refund"
             e.validUntil = revoked
             return [finish(e, key: "client:\(e.transactionId ?? ""):revoked:\(revoked)")]
         }
-        if txn["isUpgraded"]?.boolValue == true {
+        if txn.isUpgraded == true {
             e.kind = "PLAN_UPGRADED"
             e.effect = .revoke
             e.reason = "upgraded_away"
@@ -237,67 +222,67 @@ public struct EntitlementMapper: Sendable {
         return [finish(e, key: "client:\(e.transactionId ?? "")")]
     }
 
-    func renewalInfoEvent(_ info: JSONValue, source: EventSource, verifiedAt: Int64) -> EntitlementEvent {
-        let signedDate = info["signedDate"]?.int64Value ?? 0
-        let original = info["originalTransactionId"]?.stringValue
+    func renewalInfoEvent(_ info: JWSRenewalInfoDecodedPayload, source: EventSource, verifiedAt: Int64) -> EntitlementEvent {
+        let signedDate = info.signedDate ?? 0
+        let original = info.originalTransactionId
         var e = EntitlementEvent(
             eventId: "", kind: "RENEWAL_INFO_OBSERVED", effect: .state, reason: "client_renewal_info",
-            environment: info["environment"]?.stringValue ?? "Unknown", subject: original,
-            productId: info["productId"]?.stringValue, productType: "Auto-Renewable Subscription",
-            originalTransactionId: original, appAccountToken: info["appAccountToken"]?.stringValue,
-            signedDate: signedDate, verifiedAt: verifiedAt, source: source, renewalInfo: info)
+            environment: info.environment?.rawValue ?? "Unknown", subject: original,
+            productId: info.productId, productType: ProductType.autoRenewable.rawValue,
+            originalTransactionId: original, appAccountToken: info.appAccountToken,
+            signedDate: signedDate, verifiedAt: verifiedAt, source: source, renewalInfo: info.raw)
         if let token = e.appAccountToken, !token.isEmpty { e.subject = token }
         if let p = e.productId, let product = catalogue[p] { e.entitlement = product.entitlement }
         return finish(e, key: "client-renewal:\(original ?? "")")
     }
 
-    func appTransactionEvent(_ app: JSONValue, source: EventSource, verifiedAt: Int64) -> EntitlementEvent {
-        let signedDate = app["signedDate"]?.int64Value ?? app["receiptCreationDate"]?.int64Value ?? 0
-        let id = app["appTransactionId"]?.stringValue
+    func appTransactionEvent(_ app: AppTransaction, source: EventSource, verifiedAt: Int64) -> EntitlementEvent {
+        let signedDate = app.signedDate ?? app.receiptCreationDate ?? 0
+        let id = app.appTransactionId
         let e = EntitlementEvent(
             eventId: "", kind: "APP_TRANSACTION_OBSERVED", effect: .info, reason: "app_transaction",
-            environment: app["receiptType"]?.stringValue ?? app["environment"]?.stringValue ?? "Unknown",
-            bundleId: app["bundleId"]?.stringValue, appAppleId: app["appAppleId"]?.int64Value, subject: id,
+            environment: app.receiptType?.rawValue ?? app.environment?.rawValue ?? "Unknown",
+            bundleId: app.bundleId, appAppleId: app.appAppleId, subject: id,
             originalTransactionId: nil, signedDate: signedDate, verifiedAt: verifiedAt, source: source,
-            appTransaction: app)
+            appTransaction: app.raw)
         return finish(e, key: "app:\(id ?? "")")
     }
 
     // MARK: - Helpers
 
     func baseEvent(
-        transaction txn: JSONValue?, renewal: JSONValue?, appTransaction: JSONValue?, environment: String,
-        bundleId: String?, appAppleId: Int64?, signedDate: Int64, source: EventSource, verifiedAt: Int64
+        transaction txn: JWSTransactionDecodedPayload?, renewal: JWSRenewalInfoDecodedPayload?,
+        appTransaction: AppTransaction?, environment: String, bundleId: String?, appAppleId: Int64?, signedDate: Int64,
+        source: EventSource, verifiedAt: Int64
     ) throws(DomainRejection) -> EntitlementEvent {
-        let productId = txn?["productId"]?.stringValue ?? renewal?["productId"]?.stringValue
-        let original = txn?["originalTransactionId"]?.stringValue ?? renewal?["originalTransactionId"]?.stringValue
-        let token = txn?["appAccountToken"]?.stringValue ?? renewal?["appAccountToken"]?.stringValue
+        let productId = txn?.productId ?? renewal?.productId
+        let original = txn?.originalTransactionId ?? renewal?.originalTransactionId
+        let token = txn?.appAccountToken ?? renewal?.appAccountToken
         var e = EntitlementEvent(
             eventId: "", kind: "", effect: .info, environment: environment, bundleId: bundleId, appAppleId: appAppleId,
-            subject: (token?.isEmpty == false ? token : nil) ?? original
-                ?? appTransaction?["appTransactionId"]?.stringValue,
-            productId: productId, productType: txn?["type"]?.stringValue,
-            transactionId: txn?["transactionId"]?.stringValue, originalTransactionId: original,
-            webOrderLineItemId: txn?["webOrderLineItemId"]?.stringValue, appAccountToken: token,
-            ownershipType: txn?["inAppOwnershipType"]?.stringValue,
-            quantity: txn?["quantity"]?.int64Value.map { Int($0) },
-            validFrom: txn?["purchaseDate"]?.int64Value, validUntil: txn?["expiresDate"]?.int64Value,
-            revocationDate: txn?["revocationDate"]?.int64Value,
-            revocationReason: txn?["revocationReason"]?.int64Value.map { Int($0) },
-            revocationType: txn?["revocationType"]?.stringValue,
-            revocationPercentage: txn?["revocationPercentage"]?.int64Value.map { Int($0) },
+            subject: (token?.isEmpty == false ? token : nil) ?? original ?? appTransaction?.appTransactionId,
+            productId: productId, productType: txn?.type?.rawValue,
+            transactionId: txn?.transactionId, originalTransactionId: original,
+            webOrderLineItemId: txn?.webOrderLineItemId, appAccountToken: token,
+            ownershipType: txn?.inAppOwnershipType?.rawValue,
+            quantity: txn?.quantity.map { Int($0) },
+            validFrom: txn?.purchaseDate, validUntil: txn?.expiresDate,
+            revocationDate: txn?.revocationDate,
+            revocationReason: txn?.revocationReason.map { Int($0.rawValue) },
+            revocationType: txn?.revocationType?.rawValue,
+            revocationPercentage: txn?.revocationPercentage.map { Int($0) },
             signedDate: signedDate, verifiedAt: verifiedAt, source: source,
-            transaction: txn, renewalInfo: renewal, appTransaction: appTransaction)
+            transaction: txn?.raw, renewalInfo: renewal?.raw, appTransaction: appTransaction?.raw)
         if let productId {
             if let product = catalogue[productId] {
                 e.entitlement = product.entitlement
-                if e.productType == nil { e.productType = product.kind.appleProductType }
+                if e.productType == nil { e.productType = product.kind.productType.rawValue }
                 if product.kind == .consumable { e.units = product.units * (e.quantity ?? 1) }
             } else if requireKnownProducts {
                 throw DomainRejection(reason: .unknownProduct, detail: "productId \(productId) is not in the product catalogue")
             } else {
                 e.entitlement = productId
-                if e.productType == "Consumable" { e.units = e.quantity ?? 1 }
+                if e.isConsumable { e.units = e.quantity ?? 1 }
             }
         }
         return e
@@ -305,13 +290,7 @@ public struct EntitlementMapper: Sendable {
 
     func productKind(_ e: EntitlementEvent) -> ProductCatalogue.ProductKind? {
         if let p = e.productId, let product = catalogue[p] { return product.kind }
-        switch e.productType {
-        case "Auto-Renewable Subscription": return .autoRenewable
-        case "Non-Renewing Subscription": return .nonRenewing
-        case "Non-Consumable": return .nonConsumable
-        case "Consumable": return .consumable
-        default: return nil
-        }
+        return e.appleProductType.flatMap(ProductCatalogue.ProductKind.init(productType:))
     }
 
     func applyOneTime(_ e: inout EntitlementEvent, kind: ProductCatalogue.ProductKind?) {

@@ -1,3 +1,4 @@
+import AppStoreVerification
 import Foundation
 import Yams
 
@@ -10,14 +11,20 @@ public struct ProductCatalogue: Sendable, Equatable {
         case nonConsumable = "non-consumable"
         case consumable = "consumable"
 
-        /// Apple's `type` string for this kind.
-        public var appleProductType: String {
+        /// Apple's transaction `type` for this kind.
+        public var productType: ProductType {
             switch self {
-            case .autoRenewable: return "Auto-Renewable Subscription"
-            case .nonRenewing: return "Non-Renewing Subscription"
-            case .nonConsumable: return "Non-Consumable"
-            case .consumable: return "Consumable"
+            case .autoRenewable: return .autoRenewable
+            case .nonRenewing: return .nonRenewing
+            case .nonConsumable: return .nonConsumable
+            case .consumable: return .consumable
             }
+        }
+
+        /// The kind of Apple's transaction `type`; nil for a type Apple may add later.
+        public init?(productType: ProductType) {
+            guard let kind = Self.allCases.first(where: { $0.productType == productType }) else { return nil }
+            self = kind
         }
     }
 
@@ -142,7 +149,7 @@ public struct ProductCatalogue: Sendable, Equatable {
                 throw LoadError.invalid(path: "", reason: "product '\(id)' has no type")
             }
             guard let kind = ProductKind(rawValue: typeText.lowercased())
-                ?? ProductKind.allCases.first(where: { $0.appleProductType.lowercased() == typeText.lowercased() })
+                ?? ProductKind.allCases.first(where: { $0.productType.rawValue.lowercased() == typeText.lowercased() })
             else {
                 throw LoadError.invalid(path: "", reason: "product '\(id)' has unknown type '\(typeText)' (expected one of \(ProductKind.allCases.map(\.rawValue).joined(separator: ", ")))")
             }
@@ -206,7 +213,7 @@ public struct ISODuration: Sendable, Equatable, CustomStringConvertible {
     public func adding(toMillis start: Int64) -> Int64 {
         var calendar = Calendar(identifier: .gregorian)
         calendar.timeZone = TimeZone(identifier: "UTC")!
-        let date = Date(timeIntervalSince1970: Double(start) / 1000)
+        let date = EpochMillis.date(start)
         var c = DateComponents()
         c.year = years
         c.month = months
@@ -215,6 +222,6 @@ public struct ISODuration: Sendable, Equatable, CustomStringConvertible {
         c.minute = minutes
         c.second = seconds
         guard let end = calendar.date(byAdding: c, to: date) else { return start }
-        return Int64((end.timeIntervalSince1970 * 1000).rounded())
+        return EpochMillis.millis(end)
     }
 }

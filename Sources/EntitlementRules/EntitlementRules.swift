@@ -126,14 +126,10 @@ public struct LedgerState: Sendable {
 }
 
 extension EntitlementEvent {
-    public var isConsumable: Bool { productType == "Consumable" }
-
     public var entitlementKey: EntitlementKey? {
         guard !isConsumable, let subject, let name = entitlement ?? productId else { return nil }
         return EntitlementKey(environment: environment, subject: subject, entitlement: name)
     }
-
-    public var isAutoRenewable: Bool { productType == "Auto-Renewable Subscription" }
 
     /// The subscription (environment, originalTransactionId) of an auto-renewable event that grants access:
     /// the tiers of one subscription group share it, and only one of them grants at a time.
@@ -262,7 +258,7 @@ public enum EntitlementRules {
     /// for a period that ended before the row's current access ends.
     public static func refundsAnEarlierPeriod(_ e: EntitlementEvent, current: EntitlementRow) -> Bool {
         guard e.isAutoRenewable, let refunded = e.transactionId, let granting = current.transactionId, refunded != granting,
-              current.active, let periodEnd = e.transaction?["expiresDate"]?.int64Value,
+              current.active, let periodEnd = e.transactionPayload?.expiresDate,
               let currentEnd = current.validUntil
         else { return false }
         return periodEnd < currentEnd

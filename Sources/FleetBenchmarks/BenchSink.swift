@@ -59,8 +59,8 @@ public struct BenchSink: Sendable {
             let partition = Int32(truncatingIfNeeded: UInt32(truncatingIfNeeded: key.utf8.reduce(5381) { ($0 &* 33) &+ Int($1) }) % UInt32(partitions))
             try producer.enqueue(OutgoingMessage(
                 topic: topic, key: Array(key.utf8), value: values[produced],
-                headers: [KafkaHeader(key: "event-kind", string: event.kind),
-                          KafkaHeader(key: "event-id", string: event.eventId)], partition: partition)) { result in
+                headers: FleetHeaders.result(event).map { KafkaHeader(key: $0.key, string: $0.value) },
+                partition: partition)) { result in
                 if case .failure = result { failures.withLock { $0 += 1 } }
             }
             produced += 1
@@ -237,18 +237,19 @@ enum BenchStream {
         while out.count < count {
             let otx = "2000000\(100_000 + s)"
             let t0 = base + Int64(s) * 37
+            let subscription = ProductType.autoRenewable.rawValue
             let steps: [(String, String, EntitlementEffect, Int64, String, String)] = [
-                ("SUBSCRIPTION_STARTED", "SUBSCRIBED", .grant, t0, otx, "Auto-Renewable Subscription"),
-                ("SUBSCRIPTION_RENEWED", "DID_RENEW", .extend, t0 + 30 * day, "\(otx)1", "Auto-Renewable Subscription"),
-                ("SUBSCRIPTION_RENEWED", "DID_RENEW", .extend, t0 + 60 * day, "\(otx)2", "Auto-Renewable Subscription"),
-                ("AUTO_RENEW_DISABLED", "DID_CHANGE_RENEWAL_STATUS", .state, t0 + 61 * day, "\(otx)2", "Auto-Renewable Subscription"),
+                ("SUBSCRIPTION_STARTED", "SUBSCRIBED", .grant, t0, otx, subscription),
+                ("SUBSCRIPTION_RENEWED", "DID_RENEW", .extend, t0 + 30 * day, "\(otx)1", subscription),
+                ("SUBSCRIPTION_RENEWED", "DID_RENEW", .extend, t0 + 60 * day, "\(otx)2", subscription),
+                ("AUTO_RENEW_DISABLED", "DID_CHANGE_RENEWAL_STATUS", .state, t0 + 61 * day, "\(otx)2", subscription),
                 s % 2 == 0
-                    ? ("REFUNDED", "REFUND", .revoke, t0 + 62 * day, "\(otx)2", "Auto-Renewable Subscription")
-                    : ("ONE_TIME_PURCHASED", "ONE_TIME_CHARGE", .grant, t0 + 5 * day, "\(otx)9", "Consumable"),
+                    ? ("REFUNDED", "REFUND", .revoke, t0 + 62 * day, "\(otx)2", subscription)
+                    : ("ONE_TIME_PURCHASED", "ONE_TIME_CHARGE", .grant, t0 + 5 * day, "\(otx)9", ProductType.consumable.rawValue),
             ]
             for (i, step) in steps.enumerated() where out.count < count {
                 let (kind, type, effect, signed, txn, productType) = step
-                let consumable = productType == "Consumable"
+                let consumable = productType == ProductType.consumable.rawValue
                 let product = consumable ? "com.example.gems100" : "com.example.premium.monthly"
                 var transaction: [String: JSONValue] = [
                     "transactionId": .string(txn), "originalTransactionId": .string(consumable ? txn : otx),
@@ -272,7 +273,7 @@ enum BenchStream {
                     validUntil: consumable ? nil : signed + 30 * day, revocationDate: effect == .revoke ? signed : nil,
                     notification: EventNotification(uuid: "n-\(s)-\(i)", type: type, subtype: nil, signedDate: signed, version: "2.0"),
                     signedDate: signed, verifiedAt: signed + 500,
-                    source: EventSource(topic: "appstore.raw", partition: Int32(s % 4), offset: Int64(out.count), inputKind: "notification"),
+                    source: EventSource(topic: FleetTopics.raw, partition: Int32(s % 4), offset: Int64(out.count), kind: .notification),
                     units: consumable ? 100 : nil, entitlement: consumable ? nil : "premium",
                     transaction: .object(transaction)))
             }

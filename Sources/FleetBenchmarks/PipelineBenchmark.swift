@@ -1,4 +1,5 @@
 import AppStoreVerification
+import EntitlementDomain
 import FleetDemo
 import FleetKafka
 import FleetSink
@@ -55,12 +56,12 @@ public struct PipelineBenchmark: Sendable {
             print("bench pipeline: \(burstInputs.count) notifications generated; burst phase...")
             // The burst runs as fast as the workers absorb it, never further ahead than the mock cluster retains.
             let budget = BacklogGate.budget(messageBytes: burstInputs.map(\.value.count).max() ?? 1)
-            var gate = BacklogGate(bootstrapServers: cluster.bootstrapServers, group: DemoRunner.workerGroup, topic: DemoRunner.rawTopic,
+            var gate = BacklogGate(bootstrapServers: cluster.bootstrapServers, group: DemoRunner.workerGroup, topic: FleetTopics.raw,
                                    partitions: options.partitions, perPartitionBudget: budget)
             let t0 = ContinuousClock.now
             for (i, n) in burstInputs.enumerated() {
                 try await gate.admit(published: i)
-                try producer.enqueue(OutgoingMessage(topic: DemoRunner.rawTopic, key: Array(n.key.utf8), value: n.value)) { _ in }
+                try producer.enqueue(OutgoingMessage(topic: FleetTopics.raw, key: Array(n.key.utf8), value: n.value)) { _ in }
             }
             try await waitForRows(db, table: "notifications", atLeast: burstInputs.count, timeout: .seconds(600))
             let burstSeconds = (ContinuousClock.now - t0).seconds
@@ -79,7 +80,7 @@ public struct PipelineBenchmark: Sendable {
                 if due > .now { try await Task.sleep(until: due, clock: .continuous) }
                 try await gate.admit(published: burstInputs.count + i)
                 if i % 10 == 0 { probes.published(n.uuid, at: .now) }
-                try producer.enqueue(OutgoingMessage(topic: DemoRunner.rawTopic, key: Array(n.key.utf8), value: n.value)) { _ in }
+                try producer.enqueue(OutgoingMessage(topic: FleetTopics.raw, key: Array(n.key.utf8), value: n.value)) { _ in }
             }
             try await waitForRows(db, table: "notifications", atLeast: burstInputs.count + steady.count, timeout: .seconds(120))
             try await Task.sleep(for: .milliseconds(200))

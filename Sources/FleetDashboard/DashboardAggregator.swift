@@ -92,7 +92,7 @@ public struct DashboardAggregator: Sendable {
         advanceMinutes(to: m)
         let inWindow = m > maxMinute - Int64(limits.minutes) * 60_000
         // One purchase can reach the topic as several events (a notification and the transaction itself).
-        let isSale = (e.effect == .grant || e.effect == .extend) && e.transaction?["price"]?.int64Value != nil
+        let isSale = (e.effect == .grant || e.effect == .extend) && e.transactionPayload?.price != nil
         var newRevenue = false
         if isSale, let txn = e.transactionId { newRevenue = revenueSeen.insert(e.environment + "\u{1}" + txn) }
         // Consumable units like the sink's ledger: one credit per transaction, one debit per (transaction, revocation),

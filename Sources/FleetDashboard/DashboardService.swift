@@ -1,3 +1,4 @@
+import AppStoreVerification
 import EntitlementDomain
 import FleetKafka
 import FleetOperations
@@ -20,8 +21,8 @@ public struct DashboardConfiguration: Sendable {
     public var limits: DashboardAggregator.Limits
     public var lagInterval: Duration
 
-    public init(kafka: KafkaConfiguration, resultTopic: String = "entitlements.verified",
-                rejectedTopic: String = "appstore.rejected", sinceMillis: Int64? = nil, host: String = "127.0.0.1",
+    public init(kafka: KafkaConfiguration, resultTopic: String = FleetTopics.result,
+                rejectedTopic: String = FleetTopics.rejected, sinceMillis: Int64? = nil, host: String = "127.0.0.1",
                 port: Int = 8080, limits: DashboardAggregator.Limits = .init(), lagInterval: Duration = .seconds(2)) {
         self.kafka = kafka
         self.resultTopic = resultTopic
@@ -72,7 +73,7 @@ public final class DashboardState: Sendable {
                 if m.topic == resultTopic {
                     if let event { a.ingest(event) } else { a.recordUndecodable() }
                 } else {
-                    let reason = m.headers.last { $0.key == "reason" }.map { String(decoding: $0.value, as: UTF8.self) }
+                    let reason = m.headers.last { $0.key == FleetHeaders.reason }.map { String(decoding: $0.value, as: UTF8.self) }
                     a.ingestRejected(reason: reason, timestamp: m.timestampMilliseconds)
                 }
             }
@@ -86,7 +87,7 @@ public final class DashboardState: Sendable {
     public var readPositions: [TopicPartition: Int64] { positions.withLock { $0 } }
     func setLag(_ l: DashboardSummary.Lag) { lag.withLock { $0 = l } }
 
-    public func summary(now: Int64 = Int64(Date().timeIntervalSince1970 * 1000)) -> DashboardSummary {
+    public func summary(now: Int64 = EpochMillis.now()) -> DashboardSummary {
         var s = aggregator.withLock { $0.summary(now: now) }
         s.lag = lag.withLock { $0 }
         s.records.skipped = skipped.withLock { $0 }
@@ -173,7 +174,7 @@ public struct DashboardService: Service {
     static func measureLag(admin: KafkaAdmin, group: String, resultTopic: String, rejectedTopic: String,
                            positions: [TopicPartition: Int64]) async -> DashboardSummary.Lag {
         var out = DashboardSummary.Lag()
-        out.measuredAt = Int64(Date().timeIntervalSince1970 * 1000)
+        out.measuredAt = EpochMillis.now()
         var errors: [String] = []
         for topic in [resultTopic, rejectedTopic] {
             do {

@@ -62,8 +62,8 @@ extension DashboardAggregator {
         // MARK: revenue and consumables
 
         private mutating func addRevenue(_ e: EntitlementEvent, day: String, limits: Limits) {
-            guard e.effect == .grant || e.effect == .extend, let t = e.transaction,
-                  let price = t["price"]?.int64Value, let currency = t["currency"]?.stringValue, !currency.isEmpty
+            guard e.effect == .grant || e.effect == .extend, let t = e.transactionPayload,
+                  let price = t.price, let currency = t.currency, !currency.isEmpty
             else { return }
             var perCurrency = revenue[day] ?? [:]
             let key = perCurrency[currency] != nil || perCurrency.count < limits.maxKeys ? currency : DashboardAggregator.other

@@ -48,7 +48,7 @@ struct ChaosChecks {
         var intentMismatches = 0
         for (i, item) in traffic.items.enumerated() {
             guard let coordinates = delivered[i] else { continue }
-            let at = InputCoordinates(topic: DemoRunner.rawTopic, partition: coordinates.0, offset: coordinates.1)
+            let at = InputCoordinates(topic: FleetTopics.raw, partition: coordinates.0, offset: coordinates.1)
             switch processor.process(value: item.value, deviceVerificationId: nil, at: at) {
             case .events(let events, _):
                 expectedEvents += events
@@ -80,13 +80,13 @@ struct ChaosChecks {
         let unexplained = Set(stored.keys).subtracting(expectedIds)
         check("verified_exactly_once", missingInputs.isEmpty && twice == 0 && unexplained.isEmpty,
               "verified inputs: \(perInput.count - missingInputs.count) of \(perInput.count) have all their events in the database (\(stored.count) events, \(twice) stored twice, \(unexplained.count) no input explains)"
-              + (missingInputs.isEmpty ? "" : "; first missing: input #\(missingInputs[0].index) at \(delivered[missingInputs[0].index].map { "\(DemoRunner.rawTopic)[\($0.0)]@\($0.1)" } ?? "?")"))
+              + (missingInputs.isEmpty ? "" : "; first missing: input #\(missingInputs[0].index) at \(delivered[missingInputs[0].index].map { "\(FleetTopics.raw)[\($0.0)]@\($0.1)" } ?? "?")"))
 
         // Rejected inputs: on the rejected topic at least once, with the expected reason.
         let onTopic = try await readRejected(bootstrap: cluster.bootstrapServers)
         let missingRejections = rejections.filter { !(onTopic.reasons[$0.value]?.contains($0.reason) ?? false) }
         check("rejected_at_least_once", missingRejections.isEmpty && onTopic.complete,
-              "rejected inputs: \(rejections.count - missingRejections.count) of \(rejections.count) on \(DemoRunner.rejectedTopic) with the expected reason (\(onTopic.records) records read\(onTopic.complete ? "" : ", INCOMPLETE: the topic lost records or could not be read"))")
+              "rejected inputs: \(rejections.count - missingRejections.count) of \(rejections.count) on \(FleetTopics.rejected) with the expected reason (\(onTopic.records) records read\(onTopic.complete ? "" : ", INCOMPLETE: the topic lost records or could not be read"))")
 
         // The calm run: the same inputs, verified and applied without faults, into fleet_calm.
         let calm = try await PostgresConnection.connect(configuration: try DatabaseURL(pg.url(database: "fleet_calm")).connectionConfiguration(), id: 12, logger: logger)
@@ -125,9 +125,9 @@ struct ChaosChecks {
 
         // The sink refused nothing.
         let admin = KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers, clientId: "fleet-chaos-check"))
-        let sinkRejected = try await admin.consumerLag(groupId: "fleet-chaos-observer", topics: [DemoRunner.sinkRejectedTopic])
+        let sinkRejected = try await admin.consumerLag(groupId: "fleet-chaos-observer", topics: [FleetTopics.sinkRejected])
             .reduce(Int64(0)) { $0 + $1.highWatermark }
-        check("sink_rejected_nothing", sinkRejected == 0, "sink: \(sinkRejected) events refused (\(DemoRunner.sinkRejectedTopic))")
+        check("sink_rejected_nothing", sinkRejected == 0, "sink: \(sinkRejected) events refused (\(FleetTopics.sinkRejected))")
 
         // No offset reset, in any incarnation's log.
         let (files, resets) = offsetResetLines()
@@ -165,19 +165,19 @@ struct ChaosChecks {
     /// Every record of the rejected topic: original input bytes -> the reasons it was rejected with.
     private func readRejected(bootstrap: String) async throws -> (reasons: [[UInt8]: Set<String>], records: Int, complete: Bool) {
         let admin = KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: bootstrap, clientId: "fleet-chaos-check"))
-        let lags = try await admin.consumerLag(groupId: "fleet-chaos-observer", topics: [DemoRunner.rejectedTopic])
+        let lags = try await admin.consumerLag(groupId: "fleet-chaos-observer", topics: [FleetTopics.rejected])
         let total = Int(lags.reduce(Int64(0)) { $0 + $1.highWatermark - $1.lowWatermark })
         let retainedAll = lags.allSatisfy { $0.lowWatermark == 0 }
         let consumer = try KafkaConsumer(
             configuration: KafkaConfiguration(bootstrapServers: bootstrap, clientId: "fleet-chaos-check"),
-            groupId: "fleet-chaos-check-\(UUID().uuidString.prefix(6))", topics: [DemoRunner.rejectedTopic])
+            groupId: "fleet-chaos-check-\(UUID().uuidString.prefix(6))", topics: [FleetTopics.rejected])
         var reasons: [[UInt8]: Set<String>] = [:]
         var seen = 0
         let deadline = ContinuousClock.now + .seconds(120)
         while seen < total && ContinuousClock.now < deadline {
             for m in try await consumer.nextBatch(maxMessages: 1000, timeout: .milliseconds(500)) {
                 seen += 1
-                let reason = m.headers.first { $0.key == "reason" }.map { String(decoding: $0.value, as: UTF8.self) } ?? "?"
+                let reason = m.headers.first { $0.key == FleetHeaders.reason }.map { String(decoding: $0.value, as: UTF8.self) } ?? "?"
                 reasons[m.value, default: []].insert(reason)
             }
         }

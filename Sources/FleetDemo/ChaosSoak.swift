@@ -1,4 +1,5 @@
 import AppStoreVerification
+import EntitlementDomain
 import FleetDevStack
 import FleetKafka
 import FleetOperations
@@ -153,10 +154,10 @@ public final class ChaosSoak: @unchecked Sendable {
 
         let cluster = try EmbeddedKafkaCluster(brokers: 3)
         self.cluster = cluster
-        try cluster.createTopic(DemoRunner.rawTopic, partitions: options.partitions)
-        try cluster.createTopic(DemoRunner.resultTopic, partitions: options.partitions)
-        try cluster.createTopic(DemoRunner.rejectedTopic, partitions: 3)
-        try cluster.createTopic(DemoRunner.sinkRejectedTopic, partitions: 1)
+        try cluster.createTopic(FleetTopics.raw, partitions: options.partitions)
+        try cluster.createTopic(FleetTopics.result, partitions: options.partitions)
+        try cluster.createTopic(FleetTopics.rejected, partitions: 3)
+        try cluster.createTopic(FleetTopics.sinkRejected, partitions: 1)
         say("kafka      embedded cluster, 3 brokers: \(cluster.bootstrapServers)")
 
         let pg = try await ThrowawayPostgres(database: "fleet", logger: logger)
@@ -187,15 +188,15 @@ public final class ChaosSoak: @unchecked Sendable {
         for i in 0..<options.workers {
             workers.append(ChaosChild(name: "worker-\(i + 1)", executable: options.executable, directory: directory) { port in
                 ["worker", "--bootstrap-servers", bootstrap, "--group", DemoRunner.workerGroup,
-                 "--input-topic", DemoRunner.rawTopic, "--result-topic", DemoRunner.resultTopic,
-                 "--rejected-topic", DemoRunner.rejectedTopic, "--root-certificate", rootPath, "--bundle-id", t.bundleId,
+                 "--input-topic", FleetTopics.raw, "--result-topic", FleetTopics.result,
+                 "--rejected-topic", FleetTopics.rejected, "--root-certificate", rootPath, "--bundle-id", t.bundleId,
                  "--environment", t.environment.rawValue, "--app-apple-id", String(t.appAppleId), "--products", productsPath,
                  "--metrics-port", String(port), "--threads", "1", "--kafka-property", "auto.commit.interval.ms=250"] + common
             })
         }
         sink = ChaosChild(name: "sink", executable: options.executable, directory: directory) { port in
-            ["sink", "--bootstrap-servers", bootstrap, "--group", DemoRunner.sinkGroup, "--result-topic", DemoRunner.resultTopic,
-             "--rejected-topic", DemoRunner.sinkRejectedTopic, "--database-url", sinkURL, "--metrics-port", String(port)] + common
+            ["sink", "--bootstrap-servers", bootstrap, "--group", DemoRunner.sinkGroup, "--result-topic", FleetTopics.result,
+             "--rejected-topic", FleetTopics.sinkRejected, "--database-url", sinkURL, "--metrics-port", String(port)] + common
         }
         for child in allChildren { try child.start() }
         let deadline = ContinuousClock.now + .seconds(120)
@@ -347,7 +348,7 @@ public final class ChaosSoak: @unchecked Sendable {
             if due > .now { try await Task.sleep(until: due, clock: .continuous) }
             // Time spent waiting for room shifts the schedule instead of causing a catch-up burst.
             if i % 25 == 0 { start += try await waitForRoom(admin, published: i, budget: budget) }
-            let message = OutgoingMessage(topic: DemoRunner.rawTopic, key: item.key.map { Array($0.utf8) }, value: item.value)
+            let message = OutgoingMessage(topic: FleetTopics.raw, key: item.key.map { Array($0.utf8) }, value: item.value)
             try producer.enqueue(message) { [self] result in
                 switch result {
                 case .success(let r): deliveries.withLock { $0[i] = (r.partition, r.offset) }
@@ -367,8 +368,8 @@ public final class ChaosSoak: @unchecked Sendable {
         var firstRefusal: ContinuousClock.Instant?
         while ContinuousClock.now < deadline {
             let undelivered = Int64(published - deliveries.withLock { $0.count })
-            if let raw = try? await admin.consumerLag(groupId: DemoRunner.workerGroup, topics: [DemoRunner.rawTopic]),
-               let result = try? await admin.consumerLag(groupId: DemoRunner.sinkGroup, topics: [DemoRunner.resultTopic]),
+            if let raw = try? await admin.consumerLag(groupId: DemoRunner.workerGroup, topics: [FleetTopics.raw]),
+               let result = try? await admin.consumerLag(groupId: DemoRunner.sinkGroup, topics: [FleetTopics.result]),
                (raw.map(\.lag).max() ?? 0) + undelivered < budget, (result.map(\.lag).max() ?? 0) < budget {
                 return firstRefusal.map { ContinuousClock.now - $0 } ?? .zero
             }
@@ -387,8 +388,8 @@ public final class ChaosSoak: @unchecked Sendable {
         var lastNote = ContinuousClock.now
         while ContinuousClock.now < deadline {
             try? await restartUnexpectedExits()
-            let raw = (try? await admin.consumerLag(groupId: DemoRunner.workerGroup, topics: [DemoRunner.rawTopic])) ?? []
-            let result = (try? await admin.consumerLag(groupId: DemoRunner.sinkGroup, topics: [DemoRunner.resultTopic])) ?? []
+            let raw = (try? await admin.consumerLag(groupId: DemoRunner.workerGroup, topics: [FleetTopics.raw])) ?? []
+            let result = (try? await admin.consumerLag(groupId: DemoRunner.sinkGroup, topics: [FleetTopics.result])) ?? []
             let rawDone = !raw.isEmpty && raw.totalLag == 0 && raw.reduce(0, { $0 + $1.highWatermark }) >= Int64(report.delivered)
             let resultDone = !result.isEmpty && result.totalLag == 0 && result.reduce(0, { $0 + $1.highWatermark }) > 0
             zeroes = rawDone && resultDone ? zeroes + 1 : 0

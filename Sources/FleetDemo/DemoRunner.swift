@@ -1,4 +1,5 @@
 import AppStoreVerification
+import EntitlementDomain
 import FleetDevStack
 import FleetKafka
 import FleetOperations
@@ -47,10 +48,6 @@ public final class DemoRunner: @unchecked Sendable {
         public var latencyMillis: [Double] = []
     }
 
-    public static let rawTopic = "appstore.raw"
-    public static let resultTopic = "entitlements.verified"
-    public static let rejectedTopic = "appstore.rejected"
-    public static let sinkRejectedTopic = "entitlements.sink-rejected"
     public static let workerGroup = "fleet-verifiers"
     public static let sinkGroup = "fleet-sink"
 
@@ -81,10 +78,10 @@ public final class DemoRunner: @unchecked Sendable {
 
         let cluster = try EmbeddedKafkaCluster(brokers: 3)
         self.cluster = cluster
-        try cluster.createTopic(Self.rawTopic, partitions: options.partitions)
-        try cluster.createTopic(Self.resultTopic, partitions: options.partitions)
-        try cluster.createTopic(Self.rejectedTopic, partitions: 3)
-        try cluster.createTopic(Self.sinkRejectedTopic, partitions: 1)
+        try cluster.createTopic(FleetTopics.raw, partitions: options.partitions)
+        try cluster.createTopic(FleetTopics.result, partitions: options.partitions)
+        try cluster.createTopic(FleetTopics.rejected, partitions: 3)
+        try cluster.createTopic(FleetTopics.sinkRejected, partitions: 1)
         say("kafka      embedded cluster, 3 brokers: \(cluster.bootstrapServers)")
 
         let pg = try await ThrowawayPostgres(database: "fleet", logger: logger)
@@ -103,7 +100,7 @@ public final class DemoRunner: @unchecked Sendable {
             let port = Loopback.freePort()
             try spawn("worker-\(i + 1)", port: port, [
                 "worker", "--bootstrap-servers", cluster.bootstrapServers, "--group", Self.workerGroup,
-                "--input-topic", Self.rawTopic, "--result-topic", Self.resultTopic, "--rejected-topic", Self.rejectedTopic,
+                "--input-topic", FleetTopics.raw, "--result-topic", FleetTopics.result, "--rejected-topic", FleetTopics.rejected,
                 "--root-certificate", rootPath, "--bundle-id", options.traffic.bundleId,
                 "--environment", options.traffic.environment.rawValue, "--app-apple-id", String(options.traffic.appAppleId),
                 "--products", productsPath, "--metrics-port", String(port), "--threads", String(options.threadsPerWorker),
@@ -116,14 +113,14 @@ public final class DemoRunner: @unchecked Sendable {
         let ingestMetricsPort = Loopback.freePort()
         ingestPort = Loopback.freePort()
         try spawn("ingest", port: ingestMetricsPort, DemoIngestFeeder.arguments(
-            bootstrap: cluster.bootstrapServers, topic: Self.rawTopic, port: ingestPort, metricsPort: ingestMetricsPort,
+            bootstrap: cluster.bootstrapServers, topic: FleetTopics.raw, port: ingestPort, metricsPort: ingestMetricsPort,
             verification: ["--root-certificate", rootPath, "--bundle-id", options.traffic.bundleId,
                            "--environment", options.traffic.environment.rawValue, "--app-apple-id", String(options.traffic.appAppleId),
                            "--products", productsPath]))
         let sinkPort = Loopback.freePort()
         try spawn("sink", port: sinkPort, [
             "sink", "--bootstrap-servers", cluster.bootstrapServers, "--group", Self.sinkGroup,
-            "--result-topic", Self.resultTopic, "--rejected-topic", Self.sinkRejectedTopic,
+            "--result-topic", FleetTopics.result, "--rejected-topic", FleetTopics.sinkRejected,
             "--database-url", pg.url, "--metrics-port", String(sinkPort), "--shutdown-deadline-seconds", "10",
             "--writers", String(options.sinkWriters),
         ] + Self.mockFetchProperties)
@@ -131,8 +128,8 @@ public final class DemoRunner: @unchecked Sendable {
             let port = Loopback.freePort()
             dashboardPort = port
             try spawn("dashboard", port: port, [
-                "dashboard", "--bootstrap-servers", cluster.bootstrapServers, "--result-topic", Self.resultTopic,
-                "--rejected-topic", Self.rejectedTopic, "--port", String(port),
+                "dashboard", "--bootstrap-servers", cluster.bootstrapServers, "--result-topic", FleetTopics.result,
+                "--rejected-topic", FleetTopics.rejected, "--port", String(port),
             ])
         }
         say("processes  fleet ingest (HTTP :\(ingestPort)) + \(options.workers) verifier worker(s) + 1 sink (\(options.sinkWriters) writer(s)), logs in \(directory)/*.log; waiting for readiness...")
@@ -202,7 +199,7 @@ public final class DemoRunner: @unchecked Sendable {
         let feeder = DemoIngestFeeder(port: ingestPort)
         let interval = 1.0 / Double(max(1, options.ratePerSecond))
         var gate = BacklogGate(
-            bootstrapServers: cluster.bootstrapServers, group: Self.workerGroup, topic: Self.rawTopic, partitions: options.partitions,
+            bootstrapServers: cluster.bootstrapServers, group: Self.workerGroup, topic: FleetTopics.raw, partitions: options.partitions,
             perPartitionBudget: BacklogGate.budget(messageBytes: traffic.items.map(\.value.count).max() ?? 1))
         var start = ContinuousClock.now
         var lastDisplay = ContinuousClock.now
@@ -227,8 +224,8 @@ public final class DemoRunner: @unchecked Sendable {
         let admin = KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers, clientId: "fleet-demo-admin"))
         while ContinuousClock.now < deadline {
             await display(published: expectedInputs, total: expectedInputs, cluster: cluster, db: db)
-            let raw = (try? await admin.consumerLag(groupId: Self.workerGroup, topics: [Self.rawTopic])) ?? []
-            let result = (try? await admin.consumerLag(groupId: Self.sinkGroup, topics: [Self.resultTopic])) ?? []
+            let raw = (try? await admin.consumerLag(groupId: Self.workerGroup, topics: [FleetTopics.raw])) ?? []
+            let result = (try? await admin.consumerLag(groupId: Self.sinkGroup, topics: [FleetTopics.result])) ?? []
             let rawDone = !raw.isEmpty && raw.totalLag == 0 && raw.reduce(0, { $0 + $1.highWatermark }) >= Int64(expectedInputs)
             // The sink commits a batch's offsets only after its database transaction: no sink lag = all written.
             let produced = result.reduce(0) { $0 + $1.highWatermark }
@@ -243,8 +240,8 @@ public final class DemoRunner: @unchecked Sendable {
     private func display(published: Int, total: Int, cluster: EmbeddedKafkaCluster, db: PostgresConnection) async {
         guard !options.quiet else { return }
         let admin = KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers, clientId: "fleet-demo-admin"))
-        let raw = (try? await admin.consumerLag(groupId: Self.workerGroup, topics: [Self.rawTopic])) ?? []
-        let rejected = ((try? await admin.consumerLag(groupId: "fleet-demo-observer", topics: [Self.rejectedTopic])) ?? []).reduce(0) { $0 + $1.highWatermark }
+        let raw = (try? await admin.consumerLag(groupId: Self.workerGroup, topics: [FleetTopics.raw])) ?? []
+        let rejected = ((try? await admin.consumerLag(groupId: "fleet-demo-observer", topics: [FleetTopics.rejected])) ?? []).reduce(0) { $0 + $1.highWatermark }
         let processed = raw.reduce(Int64(0)) { $0 + ($1.committedOffset ?? 0) }
         let written = (try? await count(db, "SELECT count(*) FROM entitlement_events")) ?? 0
         let width = 24
@@ -261,20 +258,20 @@ public final class DemoRunner: @unchecked Sendable {
         // Rejections by reason, from the rejected topic's headers.
         let consumer = try KafkaConsumer(
             configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers, clientId: "fleet-demo-summary"),
-            groupId: "fleet-demo-summary-\(UUID().uuidString.prefix(6))", topics: [Self.rejectedTopic])
+            groupId: "fleet-demo-summary-\(UUID().uuidString.prefix(6))", topics: [FleetTopics.rejected])
         let admin = KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers, clientId: "fleet-demo-admin"))
-        let total = ((try? await admin.consumerLag(groupId: "fleet-demo-observer", topics: [Self.rejectedTopic])) ?? []).reduce(0) { $0 + $1.highWatermark }
+        let total = ((try? await admin.consumerLag(groupId: "fleet-demo-observer", topics: [FleetTopics.rejected])) ?? []).reduce(0) { $0 + $1.highWatermark }
         var seen = 0
         let deadline = ContinuousClock.now + .seconds(30)
         while seen < total && ContinuousClock.now < deadline {
             for m in try await consumer.nextBatch(maxMessages: 1000, timeout: .milliseconds(300)) {
                 seen += 1
-                let reason = m.headers.first { $0.key == "reason" }.map { String(decoding: $0.value, as: UTF8.self) } ?? "?"
+                let reason = m.headers.first { $0.key == FleetHeaders.reason }.map { String(decoding: $0.value, as: UTF8.self) } ?? "?"
                 s.rejectedByReason[reason, default: 0] += 1
             }
         }
         _ = await consumer.close(deadline: .seconds(5))
-        let raw = (try? await admin.consumerLag(groupId: Self.workerGroup, topics: [Self.rawTopic])) ?? []
+        let raw = (try? await admin.consumerLag(groupId: Self.workerGroup, topics: [FleetTopics.raw])) ?? []
         s.processedInputs = Int(raw.reduce(Int64(0)) { $0 + ($1.committedOffset ?? 0) })
         s.eventsWritten = try await count(db, "SELECT count(*) FROM entitlement_events")
         s.staleEvents = try await count(db, "SELECT count(*) FROM entitlement_events WHERE status = 'stale'")
@@ -395,7 +392,7 @@ public final class DemoRunner: @unchecked Sendable {
         }
     }
 
-    static func nowMillis() -> Int64 { Int64((Date().timeIntervalSince1970 * 1000).rounded()) }
+    static func nowMillis() -> Int64 { EpochMillis.now() }
 
     private func connect(_ url: String) async throws -> PostgresConnection {
         let config = try DatabaseURL(url).connectionConfiguration()

@@ -28,7 +28,7 @@ public struct DemoTraffic: Sendable {
         public var appAppleId: Int64 = 1_234_567_890
         public var environment: AppStoreVerification.Environment = .sandbox
         /// End of the simulated timeline (default: now).
-        public var end = Int64((Date().timeIntervalSince1970 * 1000).rounded(.down))
+        public var end = EpochMillis.now()
         public init() {}
     }
 

@@ -100,7 +100,7 @@ public enum SeedCorpus {
         for seed in seeds where seed.target == .jws && seed.name.hasPrefix("valid-") {
             let item = try verifier.verify(seed.bytes)
             let events = try EntitlementMapper().events(
-                for: VerifiedInput(item), source: EventSource(topic: "appstore.raw", partition: 3, offset: 41, inputKind: item.kind),
+                for: item, source: EventSource(topic: FleetTopics.raw, partition: 3, offset: 41, kind: item.itemKind),
                 verifiedAt: FuzzRoots.now)
             for (i, e) in events.enumerated() {
                 eventJSON = e.jsonBytes()

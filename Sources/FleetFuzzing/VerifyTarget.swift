@@ -129,7 +129,7 @@ public final class VerifyTarget: Sendable {
         let events: [EntitlementEvent]
         do {
             events = try mapper.events(
-                for: VerifiedInput(item), source: EventSource(topic: "fuzz", partition: 0, offset: 0, inputKind: item.kind),
+                for: item, source: EventSource(topic: "fuzz", partition: 0, offset: 0, kind: item.itemKind),
                 verifiedAt: FuzzRoots.now)
         } catch {
             return  // a domain rejection (none with the default mapper today) is a verdict, not a fault

@@ -1,3 +1,4 @@
+import EntitlementDomain
 import FleetKafka
 import NIOCore
 
@@ -36,7 +37,7 @@ public struct IngestConfiguration: Sendable {
     public var verifierThreads: Int = System.coreCount
 
     public init(
-        kafka: KafkaConfiguration, topic: String = "appstore.raw", host: String = "0.0.0.0", port: Int = 8080,
+        kafka: KafkaConfiguration, topic: String = FleetTopics.raw, host: String = "0.0.0.0", port: Int = 8080,
         notificationsPath: String = "/apple/notifications", transactionsPath: String = "/v1/transactions",
         maxBodyBytes: Int = 64 * 1024, maxInFlight: Int = 1024, publishTimeout: Duration = .seconds(5),
         requestTimeout: Duration = .seconds(10), idleTimeout: Duration = .seconds(60), retryAfterSeconds: Int = 5,

@@ -15,11 +15,6 @@ import Synchronization
 /// after the raw topic's delivery report; when the broker cannot take the input in time the answer is 503.
 struct IngestHandler: Sendable {
     static let raw = "raw"
-    /// Raw-topic header with the app's `appAccountToken`, when the request carried one (kept for the audit trail;
-    /// the verified transaction holds its own).
-    static let appAccountTokenHeader = "app-account-token"
-    /// Raw-topic header naming the endpoint the input came through (`notifications` or `transactions`).
-    static let ingestEndpointHeader = "ingest-endpoint"
 
     let configuration: IngestConfiguration
     let processor: InputProcessor
@@ -129,7 +124,7 @@ struct IngestHandler: Sendable {
             return IngestHTTP.error(.badRequest, reason: error.reason, detail: error.detail)
         }
         let message = OutgoingMessage(topic: configuration.topic, key: parsed.key, value: body,
-                                      headers: [KafkaHeader(key: Self.ingestEndpointHeader, string: Endpoint.notifications.rawValue)])
+                                      headers: [KafkaHeader(key: FleetHeaders.ingestEndpoint, string: Endpoint.notifications.rawValue)])
         switch await publish(message, .notifications) {
         case .success(let report):
             return IngestHTTP.json(.ok, bytes: Array("{\"offset\":\(report.offset),\"partition\":\(report.partition),\"status\":\"accepted\"}\n".utf8))
@@ -144,11 +139,11 @@ struct IngestHandler: Sendable {
             bad(.transactions, error.reason)
             return IngestHTTP.error(.badRequest, reason: error.reason, detail: error.detail)
         }
-        var headers = [KafkaHeader(key: Self.ingestEndpointHeader, string: Endpoint.transactions.rawValue)]
+        var headers = [KafkaHeader(key: FleetHeaders.ingestEndpoint, string: Endpoint.transactions.rawValue)]
         if let device = parsed.deviceVerificationId {
-            headers.append(KafkaHeader(key: InputProcessor.deviceVerificationHeader, string: device))
+            headers.append(KafkaHeader(key: FleetHeaders.deviceVerificationId, string: device))
         }
-        if let token = parsed.appAccountToken { headers.append(KafkaHeader(key: Self.appAccountTokenHeader, string: token)) }
+        if let token = parsed.appAccountToken { headers.append(KafkaHeader(key: FleetHeaders.appAccountToken, string: token)) }
         let message = OutgoingMessage(topic: configuration.topic, key: parsed.key, value: parsed.value, headers: headers)
         // Publish and verify at the same time; answer once both are done.
         async let delivered = publish(message, .transactions)
@@ -180,7 +175,7 @@ struct IngestHandler: Sendable {
         }
     }
 
-    static func verified(_ events: [EntitlementEvent], kind: String) -> [String: JSONValue] {
+    static func verified(_ events: [EntitlementEvent], kind: VerifiedItem.Kind) -> [String: JSONValue] {
         var ids: [String] = []
         for e in events { if let t = e.transactionId, !ids.contains(t) { ids.append(t) } }
         let list: [JSONValue] = events.map { e in
@@ -189,7 +184,7 @@ struct IngestHandler: Sendable {
                 "entitlement": e.entitlement.map(JSONValue.string) ?? .null, "validUntil": e.validUntil.map(JSONValue.integer) ?? .null,
             ])
         }
-        return ["verdict": .string("verified"), "kind": .string(kind), "transactionIds": .array(ids.map(JSONValue.string)), "events": .array(list)]
+        return ["verdict": .string("verified"), "kind": .string(kind.rawValue), "transactionIds": .array(ids.map(JSONValue.string)), "events": .array(list)]
     }
 
     private func unavailable(_ error: KafkaError) -> Response {

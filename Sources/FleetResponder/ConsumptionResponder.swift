@@ -18,7 +18,7 @@ public struct ResponderConfiguration: Sendable {
     /// How often due rows are looked for when no events arrive.
     public var sweepInterval: Duration
 
-    public init(kafka: KafkaConfiguration, group: String = "fleet-responder", resultTopic: String = "entitlements.verified",
+    public init(kafka: KafkaConfiguration, group: String = "fleet-responder", resultTopic: String = FleetTopics.result,
                 databaseURL: DatabaseURL, policy: ConsumptionPolicy = .init(), retryInterval: Duration = .seconds(60),
                 sweepInterval: Duration = .seconds(5)) {
         self.kafka = kafka

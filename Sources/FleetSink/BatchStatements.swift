@@ -126,17 +126,18 @@ extension BatchPlan {
     /// Returns one row: (versions inserted, current facts inserted or replaced).
     static func transactionsQuery(_ events: [EntitlementEvent], texts: [String: EventTexts]) -> PostgresQuery? {
         struct Version {
-            var environment: String, transactionId: String, signedDate: Int64, json: JSONValue, eventId: String
+            var environment: String, transactionId: String, signedDate: Int64, payload: JWSTransactionDecodedPayload
+            var eventId: String
         }
         var seen = Set<String>()
         var versions: [Version] = []
         for event in events {
-            guard let json = event.transaction,
-                  let transactionId = json["transactionId"]?.stringValue ?? event.transactionId else { continue }
-            let signed = json["signedDate"]?.int64Value ?? event.signedDate
+            guard let payload = event.transactionPayload,
+                  let transactionId = payload.transactionId ?? event.transactionId else { continue }
+            let signed = payload.signedDate ?? event.signedDate
             guard seen.insert("\(event.environment)\u{1}\(transactionId)\u{1}\(signed)").inserted else { continue }
             versions.append(Version(
-                environment: event.environment, transactionId: transactionId, signedDate: signed, json: json,
+                environment: event.environment, transactionId: transactionId, signedDate: signed, payload: payload,
                 eventId: event.eventId))
         }
         guard !versions.isEmpty else { return nil }
@@ -151,30 +152,29 @@ extension BatchPlan {
         }
         var isNewest = [Bool](repeating: false, count: versions.count)
         for i in newest.values { isNewest[i] = true }
-        func str(_ k: String) -> [String?] { versions.map { $0.json[k]?.stringValue } }
-        func int(_ k: String) -> [Int64?] { versions.map { $0.json[k]?.int64Value } }
-        func int32(_ k: String) -> [Int32?] { versions.map { $0.json[k]?.int64Value.flatMap { Int32(exactly: $0) } } }
+        func column<T>(_ value: (JWSTransactionDecodedPayload) -> T?) -> [T?] { versions.map { value($0.payload) } }
+        func int32(_ value: Int64?) -> Int32? { value.flatMap { Int32(exactly: $0) } }
         var b = ColumnBinds()
         b.column(versions.map(\.environment), "text", as: "env")
         b.column(versions.map(\.transactionId), "text", as: "txn")
         b.column(versions.map(\.signedDate), "bigint", as: "sd")
-        b.column(str("originalTransactionId"), "text", as: "ot")
-        b.column(str("webOrderLineItemId"), "text", as: "wo")
-        b.column(str("bundleId"), "text", as: "bu")
-        b.column(str("productId"), "text", as: "pr")
-        b.column(str("type"), "text", as: "ty")
-        b.column(str("appAccountToken"), "text", as: "tok")
-        b.column(str("inAppOwnershipType"), "text", as: "own")
-        b.column(int32("quantity"), "integer", as: "qty")
-        b.column(int("purchaseDate"), "bigint", as: "pd")
-        b.column(int("originalPurchaseDate"), "bigint", as: "opd")
-        b.column(int("expiresDate"), "bigint", as: "ex")
-        b.column(int("revocationDate"), "bigint", as: "rd")
-        b.column(int32("revocationReason"), "integer", as: "rr")
-        b.column(str("revocationType"), "text", as: "rt")
-        b.column(int32("revocationPercentage"), "integer", as: "rp")
-        b.column(versions.map { $0.json["isUpgraded"]?.boolValue }, "boolean", as: "up")
-        b.column(versions.map { texts[$0.eventId]?.transaction ?? jsonText($0.json) ?? "{}" }, "text", as: "p")
+        b.column(column(\.originalTransactionId), "text", as: "ot")
+        b.column(column(\.webOrderLineItemId), "text", as: "wo")
+        b.column(column(\.bundleId), "text", as: "bu")
+        b.column(column(\.productId), "text", as: "pr")
+        b.column(column { $0.type?.rawValue }, "text", as: "ty")
+        b.column(column(\.appAccountToken), "text", as: "tok")
+        b.column(column { $0.inAppOwnershipType?.rawValue }, "text", as: "own")
+        b.column(column { int32($0.quantity) }, "integer", as: "qty")
+        b.column(column(\.purchaseDate), "bigint", as: "pd")
+        b.column(column(\.originalPurchaseDate), "bigint", as: "opd")
+        b.column(column(\.expiresDate), "bigint", as: "ex")
+        b.column(column(\.revocationDate), "bigint", as: "rd")
+        b.column(column { int32($0.revocationReason?.rawValue) }, "integer", as: "rr")
+        b.column(column { $0.revocationType?.rawValue }, "text", as: "rt")
+        b.column(column { int32($0.revocationPercentage) }, "integer", as: "rp")
+        b.column(column(\.isUpgraded), "boolean", as: "up")
+        b.column(versions.map { texts[$0.eventId]?.transaction ?? jsonText($0.payload.raw) ?? "{}" }, "text", as: "p")
         b.column(versions.map(\.eventId), "text", as: "ev")
         b.column(isNewest, "boolean", as: "cur")
         let columns = """

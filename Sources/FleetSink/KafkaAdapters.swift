@@ -1,3 +1,4 @@
+import EntitlementDomain
 import FleetKafka
 import Foundation
 import Logging
@@ -46,13 +47,10 @@ public final class KafkaRejectedSink: RejectedRecordSink {
     public func reject(_ record: SinkRecord, reason: String, detail: String) async throws {
         _ = try await producer.send(OutgoingMessage(
             topic: topic, key: record.key, value: record.value,
-            headers: [
-                KafkaHeader(key: "reason", string: reason),
-                KafkaHeader(key: "detail", string: String(detail.prefix(2000))),
-                KafkaHeader(key: "source-topic", string: record.topic),
-                KafkaHeader(key: "source-partition", string: String(record.partition)),
-                KafkaHeader(key: "source-offset", string: String(record.offset)),
-            ]))
+            headers: FleetHeaders.rejected(
+                reason: reason, detail: detail, sourceTopic: record.topic, sourcePartition: record.partition,
+                sourceOffset: record.offset
+            ).map { KafkaHeader(key: $0.key, string: $0.value) }))
     }
 }
 

@@ -7,7 +7,7 @@ public enum TestPayloads {
     public static let bundleId = "com.example.fleet"
     public static let appAppleId: Int64 = 1_234_567_890
 
-    public static func nowMillis() -> Int64 { Int64((Date().timeIntervalSince1970 * 1000).rounded(.down)) }
+    public static func nowMillis() -> Int64 { EpochMillis.now() }
 
     static func merge(_ base: [String: JSONValue?], _ extra: [String: JSONValue]) -> JSONValue {
         var o: [String: JSONValue] = [:]

@@ -306,7 +306,7 @@ public struct TestReceipt: Sendable {
     public static func rfc3339(_ ms: Int64) -> String {
         let f = ISO8601DateFormatter()
         f.formatOptions = [.withInternetDateTime]
-        return f.string(from: Date(timeIntervalSince1970: Double(ms) / 1000))
+        return f.string(from: EpochMillis.date(ms))
     }
 
     enum Value {

@@ -1,4 +1,5 @@
 import AppStoreServerAPI
+import AppStoreVerification
 import Crypto
 import Foundation
 import HTTPTypes
@@ -196,7 +197,7 @@ extension AppleAPIStandIn {
                     return (404, [], json(APIErrorBody(errorCode: AppStoreServerAPIError.testNotificationNotFound, errorMessage: "Test notification not found.")))
                 }
                 return (200, [], json(TestNotificationStatusResponse(
-                    signedPayload: payload, sendAttemptResults: [SendAttempt(attemptDate: Int64(Date().timeIntervalSince1970 * 1000), sendAttemptResult: "SUCCESS")])))
+                    signedPayload: payload, sendAttemptResults: [SendAttempt(attemptDate: EpochMillis.now(), sendAttemptResult: "SUCCESS")])))
             }
         }
         return (404, [], nil)

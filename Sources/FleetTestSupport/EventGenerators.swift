@@ -10,7 +10,7 @@ public let day: Int64 = 86_400_000
 /// A subscription / one-time event shaped like what the workers emit.
 public func makeEvent(
     _ id: String, kind: String, effect: EntitlementEffect, signed: Int64, subject: String? = "otx-1",
-    product: String = "com.example.premium.monthly", productType: String = "Auto-Renewable Subscription",
+    product: String = "com.example.premium.monthly", productType: String = ProductType.autoRenewable.rawValue,
     entitlement: String? = "premium", transactionId: String? = "tx-1", originalTransactionId: String? = "otx-1",
     environment: String = "Sandbox", validFrom: Int64? = nil, validUntil: Int64? = nil,
     revocationDate: Int64? = nil, revocationPercentage: Int? = nil, units: Int? = nil, quantity: Int? = 1,
@@ -43,7 +43,7 @@ public func makeEvent(
         quantity: quantity, validFrom: validFrom, validUntil: validUntil, revocationDate: revocationDate,
         revocationReason: revocationDate == nil ? nil : 1, revocationType: revocationDate == nil ? nil : "REFUND_FULL",
         revocationPercentage: revocationPercentage, notification: notification, signedDate: signed,
-        verifiedAt: signed + 1_000, source: EventSource(topic: "appstore.raw", partition: 0, offset: offset, inputKind: "notification"),
+        verifiedAt: signed + 1_000, source: EventSource(topic: FleetTopics.raw, partition: 0, offset: offset, kind: .notification),
         units: units, entitlement: entitlement, transaction: transaction)
 }
 
@@ -83,13 +83,13 @@ public func mixedStream(subjects: Int = 6) -> [EntitlementEvent] {
         let ctx = "c-\(s)"
         for copy in 0..<3 {
             events.append(makeEvent("e\(s)-gems-\(copy)", kind: "ONE_TIME_PURCHASED", effect: .grant, signed: t0 + 2 * day,
-                subject: "user-\(s)", product: "com.example.gems100", productType: "Consumable", entitlement: nil,
+                subject: "user-\(s)", product: "com.example.gems100", productType: ProductType.consumable.rawValue, entitlement: nil,
                 transactionId: ctx, originalTransactionId: ctx, units: 100,
                 notificationType: copy == 0 ? "ONE_TIME_CHARGE" : nil))
         }
         if s % 3 == 0 {
             events.append(makeEvent("e\(s)-gems-refund", kind: "REFUNDED", effect: .revoke, signed: t0 + 3 * day,
-                subject: "user-\(s)", product: "com.example.gems100", productType: "Consumable", entitlement: nil,
+                subject: "user-\(s)", product: "com.example.gems100", productType: ProductType.consumable.rawValue, entitlement: nil,
                 transactionId: ctx, originalTransactionId: ctx, revocationDate: t0 + 3 * day, revocationPercentage: 50_000,
                 units: 100, notificationType: "REFUND"))
         }

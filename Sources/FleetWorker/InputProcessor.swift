@@ -1,11 +1,10 @@
 import AppStoreVerification
 import EntitlementDomain
-import Foundation
 
 /// The result of processing one raw input: events for the result topic, one rejection for the rejected topic, or
 /// neither for now (`--revocation-check hard` and the chain's revocation status unavailable: try again later).
 public enum ProcessOutcome: Sendable {
-    case events([EntitlementEvent], inputKind: String)
+    case events([EntitlementEvent], inputKind: VerifiedItem.Kind)
     case rejected(reason: RejectionReason, detail: String)
     case retryable(reason: RejectionReason, detail: String)
 }
@@ -25,20 +24,15 @@ public struct InputCoordinates: Sendable, Hashable {
 
 /// Verifies one raw input with the core and maps it to entitlement events. Pure: no I/O, safe from any thread.
 public struct InputProcessor: Sendable {
-    /// Header naming the device whose `deviceVerification` the transaction must match (seeds: device check).
-    public static let deviceVerificationHeader = "device-verification-id"
-
     public let verifier: SignedDataVerifier
     public let mapper: EntitlementMapper
     private let now: @Sendable () -> Int64
 
-    public init(verifier: SignedDataVerifier, mapper: EntitlementMapper, now: @escaping @Sendable () -> Int64 = InputProcessor.currentMillis) {
+    public init(verifier: SignedDataVerifier, mapper: EntitlementMapper, now: @escaping @Sendable () -> Int64 = EpochMillis.now) {
         self.verifier = verifier
         self.mapper = mapper
         self.now = now
     }
-
-    public static let currentMillis: @Sendable () -> Int64 = { Int64((Date().timeIntervalSince1970 * 1000).rounded()) }
 
     public func process(value: [UInt8], deviceVerificationId: String?, at source: InputCoordinates) -> ProcessOutcome {
         let item: VerifiedItem
@@ -49,18 +43,17 @@ public struct InputProcessor: Sendable {
             if error.isRetryable { return .retryable(reason: error.reason, detail: detail) }
             return .rejected(reason: error.reason, detail: detail)
         }
-        let input = VerifiedInput(item)
         if let device = deviceVerificationId, !device.isEmpty {
-            guard let transaction = input.kind == .transaction ? input.payload : input.transaction else {
+            guard let transaction = item.transactionPayload else {
                 return .rejected(reason: .deviceVerificationMismatch, detail: "a device-verification-id header was given but the input carries no transaction")
             }
             do { try EntitlementMapper.checkDeviceVerification(transaction: transaction, deviceVerificationId: device) } catch {
                 return .rejected(reason: error.reason, detail: error.detail)
             }
         }
-        let eventSource = EventSource(topic: source.topic, partition: source.partition, offset: source.offset, inputKind: item.kind)
+        let eventSource = EventSource(topic: source.topic, partition: source.partition, offset: source.offset, kind: item.itemKind)
         do {
-            return .events(try mapper.events(for: input, source: eventSource, verifiedAt: now()), inputKind: item.kind)
+            return .events(try mapper.events(for: item, source: eventSource, verifiedAt: now()), inputKind: item.itemKind)
         } catch {
             return .rejected(reason: error.reason, detail: error.detail)
         }

@@ -55,15 +55,6 @@ public struct WorkerConfiguration: Sendable {
     }
 }
 
-/// Headers of rejected-topic records.
-public enum RejectedHeaders {
-    public static let reason = "reason"
-    public static let detail = "detail"
-    public static let sourceTopic = "source-topic"
-    public static let sourcePartition = "source-partition"
-    public static let sourceOffset = "source-offset"
-}
-
 /// Consumes raw JWS topics, verifies in parallel, produces entitlement events (or rejections) in input order per
 /// partition, and stores an input's offset only after every one of its outputs was acknowledged by the broker.
 public final class VerifierWorker: Service, Sendable {
@@ -232,7 +223,7 @@ public final class VerifierWorker: Service, Sendable {
             for i in start..<end {
                 let m = batch[i]
                 let began = ContinuousClock.now
-                let device = m.headers.last(where: { $0.key == InputProcessor.deviceVerificationHeader })
+                let device = m.headers.last(where: { $0.key == FleetHeaders.deviceVerificationId })
                     .map { String(decoding: $0.value, as: UTF8.self) }
                 let outcome = processor.process(
                     value: m.value, deviceVerificationId: device,
@@ -256,18 +247,15 @@ public final class VerifierWorker: Service, Sendable {
                     topic: configuration.resultTopic,
                     key: Array(EntitlementMapper.partitionKey(for: e).utf8),
                     value: e.jsonBytes(),
-                    headers: [KafkaHeader(key: "event-kind", string: e.kind), KafkaHeader(key: "event-id", string: e.eventId)])
+                    headers: FleetHeaders.result(e).map { KafkaHeader(key: $0.key, string: $0.value) })
             }
         case .rejected(let reason, let detail):
             return [OutgoingMessage(
                 topic: configuration.rejectedTopic, key: m.key, value: m.value,
-                headers: [
-                    KafkaHeader(key: RejectedHeaders.reason, string: reason.rawValue),
-                    KafkaHeader(key: RejectedHeaders.detail, string: String(detail.prefix(2000))),
-                    KafkaHeader(key: RejectedHeaders.sourceTopic, string: m.topic),
-                    KafkaHeader(key: RejectedHeaders.sourcePartition, string: String(m.partition)),
-                    KafkaHeader(key: RejectedHeaders.sourceOffset, string: String(m.offset)),
-                ])]
+                headers: FleetHeaders.rejected(
+                    reason: reason.rawValue, detail: detail, sourceTopic: m.topic, sourcePartition: m.partition,
+                    sourceOffset: m.offset
+                ).map { KafkaHeader(key: $0.key, string: $0.value) })]
         case .retryable:
             return []  // never emitted: processBatch verifies it again
         }

@@ -1,5 +1,7 @@
 import AppStoreServerAPI
+import AppStoreVerification
 import ArgumentParser
+import EntitlementDomain
 import FleetKafka
 import FleetOperations
 import Foundation
@@ -97,7 +99,7 @@ struct RawTopicOptions: ParsableArguments {
             let kafka = KafkaConfiguration(
                 bootstrapServers: try s.requiredString("bootstrap-servers", flag: bootstrapServers), clientId: "fleet-appstore-api",
                 properties: try s.kafkaProperties(flag: kafkaProperties))
-            let topic = s.string("topic", flag: topic, default: "appstore.raw")!
+            let topic = s.string("topic", flag: topic, default: FleetTopics.raw)!
             return (RawPublisher(producer: try KafkaProducer(configuration: kafka), topic: topic), topic)
         } catch {
             throw ValidationError("\(error)")
@@ -173,18 +175,18 @@ enum APITime {
             case "d": n * 86_400
             default: nil
             }
-            if let seconds { return Int64(now.timeIntervalSince1970 * 1000) - seconds * 1000 }
+            if let seconds { return EpochMillis.millis(now) - seconds * 1000 }
         }
         let f = ISO8601DateFormatter()
         for options in [ISO8601DateFormatter.Options.withInternetDateTime, [.withInternetDateTime, .withFractionalSeconds], [.withFullDate]] {
             f.formatOptions = options
-            if let d = f.date(from: t) { return Int64((d.timeIntervalSince1970 * 1000).rounded()) }
+            if let d = f.date(from: t) { return EpochMillis.millis(d) }
         }
         return nil
     }
 
     static func format(_ ms: Int64) -> String {
         let f = ISO8601DateFormatter()
-        return f.string(from: Date(timeIntervalSince1970: TimeInterval(ms) / 1000))
+        return f.string(from: EpochMillis.date(ms))
     }
 }

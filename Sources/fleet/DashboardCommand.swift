@@ -1,4 +1,6 @@
+import AppStoreVerification
 import ArgumentParser
+import EntitlementDomain
 import FleetDashboard
 import FleetKafka
 import FleetOperations
@@ -66,7 +68,7 @@ struct Dashboard: AsyncParsableCommand {
                 guard let d = Self.parseSince(sinceText, now: Date()) else {
                     throw FleetSettings.Error.invalidValue(key: "since", value: sinceText, expected: "ISO 8601, epoch milliseconds or an age like 6h")
                 }
-                sinceMillis = Int64((d.timeIntervalSince1970 * 1000).rounded())
+                sinceMillis = EpochMillis.millis(d)
             }
             let port = try settings.int("port", flag: self.port, default: 8080)
             guard (0...65535).contains(port) else {
@@ -79,8 +81,8 @@ struct Dashboard: AsyncParsableCommand {
                 offsetResetPolicy: .earliest)
             config = DashboardConfiguration(
                 kafka: kafka,
-                resultTopic: settings.string("result-topic", flag: resultTopic, default: "entitlements.verified")!,
-                rejectedTopic: settings.string("rejected-topic", flag: rejectedTopic, default: "appstore.rejected")!,
+                resultTopic: settings.string("result-topic", flag: resultTopic, default: FleetTopics.result)!,
+                rejectedTopic: settings.string("rejected-topic", flag: rejectedTopic, default: FleetTopics.rejected)!,
                 sinceMillis: sinceMillis, host: settings.string("host", flag: host, default: "127.0.0.1")!, port: port)
         } catch {
             throw ValidationError("\(error)")
@@ -104,7 +106,7 @@ struct Dashboard: AsyncParsableCommand {
     static func parseSince(_ text: String, now: Date) -> Date? {
         let t = text.trimmingCharacters(in: .whitespaces)
         guard !t.isEmpty else { return nil }
-        if let ms = Int64(t), ms >= 0 { return Date(timeIntervalSince1970: Double(ms) / 1000) }
+        if let ms = Int64(t), ms >= 0 { return EpochMillis.date(ms) }
         if let unit = t.last, let n = Double(t.dropLast()), n >= 0 {
             let seconds: Double? = ["s": 1, "m": 60, "h": 3600, "d": 86400][String(unit)]
             if let seconds { return now.addingTimeInterval(-n * seconds) }

@@ -139,7 +139,7 @@ struct Ingest: AsyncParsableCommand {
         let kafka = KafkaConfiguration(bootstrapServers: bootstrap, clientId: "fleet-ingest",
                                        properties: try s.kafkaProperties(flag: kafkaProperties))
         return IngestConfiguration(
-            kafka: kafka, topic: s.string("topic", flag: topic, default: "appstore.raw")!,
+            kafka: kafka, topic: s.string("topic", flag: topic, default: FleetTopics.raw)!,
             host: s.string("host", flag: host, default: "0.0.0.0")!,
             port: try s.int("port", flag: port, default: 8080),
             notificationsPath: s.string("notifications-path", flag: notificationsPath, default: "/apple/notifications")!,

@@ -1,4 +1,5 @@
 import ArgumentParser
+import EntitlementDomain
 import FleetDevStack
 import FleetKafka
 import FleetOperations
@@ -94,7 +95,7 @@ struct DevKafka: AsyncParsableCommand {
     var replicationFactor: Int?
     @Option(name: .customLong("topic"), help: "Topic to create (repeatable).") var topics: [String] = []
 
-    static let defaultTopics = ["appstore.raw", "entitlements.verified", "appstore.rejected", "entitlements.sink-rejected"]
+    static let defaultTopics = FleetTopics.all
 
     func validate() throws {
         guard brokers >= 1 else { throw ValidationError("--brokers must be at least 1") }

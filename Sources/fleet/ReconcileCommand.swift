@@ -1,4 +1,5 @@
 import AppStoreServerAPI
+import AppStoreVerification
 import ArgumentParser
 import FleetOperations
 import FleetSink
@@ -45,10 +46,10 @@ struct Reconcile: AsyncParsableCommand {
             guard let parsed = APITime.parse(u) else { throw ValidationError("--until '\(u)' is neither ISO-8601 nor epoch milliseconds") }
             end = parsed
         } else {
-            end = Int64(Date().timeIntervalSince1970 * 1000)
+            end = EpochMillis.now()
         }
         guard start < end else { throw ValidationError("--since must be before --until") }
-        if Int64(Date().timeIntervalSince1970 * 1000) - start > 180 * 86_400_000 {
+        if EpochMillis.now() - start > 180 * 86_400_000 {
             writeStderr("warning: --since is more than 180 days ago; Apple keeps 180 days of notification history")
         }
         let client = try api.client(s)

@@ -1,5 +1,6 @@
 import AppStoreServerAPI
 import ArgumentParser
+import EntitlementDomain
 import FleetKafka
 import FleetOperations
 import FleetResponder
@@ -61,7 +62,7 @@ struct Responder: AsyncParsableCommand {
                 properties: try s.kafkaProperties(flag: kafkaProperties))
             config = ResponderConfiguration(
                 kafka: kafka, group: s.string("group", flag: group, default: "fleet-responder")!,
-                resultTopic: s.string("result-topic", flag: resultTopic, default: "entitlements.verified")!,
+                resultTopic: s.string("result-topic", flag: resultTopic, default: FleetTopics.result)!,
                 databaseURL: try DatabaseURL(try s.requiredString("database-url", flag: databaseURL)),
                 policy: ConsumptionPolicy(refundPreference: preference,
                                           sampleContentProvided: try s.bool("sample-content-provided", flag: sampleContentProvided)),

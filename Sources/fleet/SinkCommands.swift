@@ -1,4 +1,5 @@
 import ArgumentParser
+import EntitlementDomain
 import Foundation
 import FleetOperations
 import FleetSink
@@ -100,8 +101,8 @@ struct Sink: AsyncParsableCommand {
             servers = try s.requiredString("bootstrap-servers", flag: service.bootstrapServers)
             rawURL = try s.requiredString("database-url", flag: databaseURL)
             groupId = s.string("group", flag: service.group, default: "fleet-sink")!
-            topic = s.string("result-topic", flag: resultTopic, default: "entitlements.verified")!
-            rejected = s.string("rejected-topic", flag: rejectedTopic, default: "entitlements.sink-rejected")!
+            topic = s.string("result-topic", flag: resultTopic, default: FleetTopics.result)!
+            rejected = s.string("rejected-topic", flag: rejectedTopic, default: FleetTopics.sinkRejected)!
             deadline = try s.int("shutdown-deadline-seconds", flag: service.shutdownDeadlineSeconds, default: 25)
             port = try s.int("metrics-port", flag: service.metricsPort, default: 9091)
             batch = try s.int("max-batch-size", flag: maxBatchSize, default: 2000)

@@ -1,3 +1,4 @@
+import AppStoreVerification
 import ArgumentParser
 import EntitlementDomain
 import FleetKafka
@@ -13,7 +14,7 @@ struct Tail: AsyncParsableCommand {
     var bootstrapServers: String
 
     @Option(help: "Result topic.")
-    var topic: String = "entitlements.verified"
+    var topic: String = FleetTopics.result
 
     @Flag(help: "Print each event's raw JSON, one per line.")
     var json = false
@@ -100,7 +101,7 @@ enum TailFormatter {
         f.locale = Locale(identifier: "en_US_POSIX")
         f.timeZone = TimeZone(identifier: "UTC")
         f.dateFormat = "yyyy-MM-dd HH:mm:ss"
-        return f.string(from: Date(timeIntervalSince1970: Double(ms) / 1000))
+        return f.string(from: EpochMillis.date(ms))
     }
 
     static func pad(_ s: String, _ n: Int) -> String {

@@ -104,7 +104,7 @@ struct Worker: AsyncParsableCommand {
 
     func resolve(_ s: FleetSettings) async throws -> WorkerConfiguration {
         let bootstrap = try s.requiredString("bootstrap-servers", flag: service.bootstrapServers)
-        let topics = s.strings("input-topic", flag: inputTopics, default: ["appstore.raw"])
+        let topics = s.strings("input-topic", flag: inputTopics, default: [FleetTopics.raw])
         let policy = try verificationPolicy(
             rootPaths: s.strings("root-certificate", flag: verification.rootCertificates),
             environments: s.strings("environment", flag: verification.environments, default: ["Production"]),
@@ -135,8 +135,8 @@ struct Worker: AsyncParsableCommand {
         return WorkerConfiguration(
             kafka: kafka, group: s.string("group", flag: service.group, default: "fleet-verifiers")!,
             inputTopics: topics,
-            resultTopic: s.string("result-topic", flag: resultTopic, default: "entitlements.verified")!,
-            rejectedTopic: s.string("rejected-topic", flag: rejectedTopic, default: "appstore.rejected")!,
+            resultTopic: s.string("result-topic", flag: resultTopic, default: FleetTopics.result)!,
+            rejectedTopic: s.string("rejected-topic", flag: rejectedTopic, default: FleetTopics.rejected)!,
             policy: policy, catalogue: catalogue,
             requireKnownProducts: try s.bool("require-known-products", flag: verification.requireKnownProducts),
             threads: try s.int("threads", flag: threads, default: ProcessInfo.processInfo.activeProcessorCount),

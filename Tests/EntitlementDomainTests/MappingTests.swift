@@ -45,7 +45,7 @@ private func renewal(grace: Int64? = nil) -> JSONValue {
     return .object(o)
 }
 
-private func notification(_ type: String, _ subtype: String?, transaction: JSONValue? = txn(), renewalInfo: JSONValue? = renewal(), signedDate: Int64 = t0 + 2000, uuid: String = "0b8e1f0c-1111-4222-8333-444455556666", extra: [String: JSONValue] = [:]) -> VerifiedInput {
+private func notification(_ type: String, _ subtype: String?, transaction: JSONValue? = txn(), renewalInfo: JSONValue? = renewal(), appTransaction: JSONValue? = nil, signedDate: Int64 = t0 + 2000, uuid: String = "0b8e1f0c-1111-4222-8333-444455556666", extra: [String: JSONValue] = [:], withoutData: Bool = false) -> VerifiedItem {
     var body: [String: JSONValue] = [
         "notificationType": .string(type), "notificationUUID": .string(uuid), "version": .string("2.0"),
         "signedDate": .integer(signedDate),
@@ -54,7 +54,20 @@ private func notification(_ type: String, _ subtype: String?, transaction: JSONV
     ]
     if let subtype { body["subtype"] = .string(subtype) }
     for (k, v) in extra { body[k] = v }
-    return VerifiedInput(kind: .notification, payload: .object(body), transaction: transaction, renewalInfo: renewalInfo)
+    if withoutData { body["data"] = nil }
+    return .notification(VerifiedNotification(
+        payload: ResponseBodyV2DecodedPayload(raw: .object(body)), transaction: transaction.map(JWSTransactionDecodedPayload.init(raw:)),
+        renewalInfo: renewalInfo.map(JWSRenewalInfoDecodedPayload.init(raw:)), appTransaction: appTransaction.map(AppTransaction.init(raw:))))
+}
+
+/// Decoded JSON of a client-sent JWS, taken as verified (the mapper trusts its input).
+private func decoded(_ kind: VerifiedItem.Kind, _ json: JSONValue) -> VerifiedItem {
+    switch kind {
+    case .transaction: return .transaction(VerifiedTransaction(payload: JWSTransactionDecodedPayload(raw: json)))
+    case .renewalInfo: return .renewalInfo(VerifiedRenewalInfo(payload: JWSRenewalInfoDecodedPayload(raw: json)))
+    case .appTransaction: return .appTransaction(VerifiedAppTransaction(payload: AppTransaction(raw: json)))
+    case .notification, .appReceipt: fatalError("notifications: notification(...); receipts: ReceiptMappingTests")
+    }
 }
 
 private let catalogue = try! ProductCatalogue.parse("""
@@ -66,7 +79,7 @@ products:
   com.example.tickets.10: { type: consumable, units: 10, entitlement: tickets }
 """)
 
-private func one(_ input: VerifiedInput, mapper: EntitlementMapper = EntitlementMapper(catalogue: catalogue)) throws -> EntitlementEvent {
+private func one(_ input: VerifiedItem, mapper: EntitlementMapper = EntitlementMapper(catalogue: catalogue)) throws -> EntitlementEvent {
     let events = try mapper.events(for: input, source: source, verifiedAt: t0 + 5000)
     #expect(events.count == 1)
     return try #require(events.first)
@@ -148,8 +161,7 @@ struct NotificationMappingTests {
         let summary: JSONValue = .object(["requestIdentifier": .string("r-1"), "productId": .string("com.example.pro.monthly"),
                                           "succeededCount": .integer(120), "failedCount": .integer(2),
                                           "environment": .string("Sandbox"), "bundleId": .string("com.example.app"), "appAppleId": .integer(1)])
-        var input = notification("RENEWAL_EXTENSION", "SUMMARY", transaction: nil, renewalInfo: nil, extra: ["summary": summary])
-        input.payload = .object(input.payload.objectValue!.filter { $0.key != "data" })
+        let input = notification("RENEWAL_EXTENSION", "SUMMARY", transaction: nil, renewalInfo: nil, extra: ["summary": summary], withoutData: true)
         let e = try one(input)
         #expect(e.kind == "RENEWAL_EXTENSION_SUMMARY")
         #expect(e.effect == .info)
@@ -169,8 +181,7 @@ struct NotificationMappingTests {
     @Test func rescindConsentCarriesAppTransaction() throws {
         let app: JSONValue = .object(["appTransactionId": .string("app-tx-9"), "bundleId": .string("com.example.app"),
                                       "receiptType": .string("Sandbox"), "receiptCreationDate": .integer(t0)])
-        var input = notification("RESCIND_CONSENT", nil, transaction: nil, renewalInfo: nil)
-        input.appTransaction = app
+        let input = notification("RESCIND_CONSENT", nil, transaction: nil, renewalInfo: nil, appTransaction: app)
         let e = try one(input)
         #expect(e.kind == "CONSENT_RESCINDED")
         #expect(e.effect == .info)
@@ -298,7 +309,7 @@ struct ClientInputMappingTests {
     let clientSource = EventSource(topic: "appstore.raw", partition: 0, offset: 7, inputKind: "transaction")
 
     @Test func activeSubscriptionIsObservedAndGranted() throws {
-        let e = try #require(try mapper.events(for: VerifiedInput(kind: .transaction, payload: txn()), source: clientSource, verifiedAt: t0).first)
+        let e = try #require(try mapper.events(for: decoded(.transaction, txn()), source: clientSource, verifiedAt: t0).first)
         #expect(e.kind == "SUBSCRIPTION_OBSERVED")
         #expect(e.effect == .grant)
         #expect(e.signedDate == t0 + 1000, "client data orders by its own signedDate")
@@ -307,25 +318,25 @@ struct ClientInputMappingTests {
 
     @Test func expiredSubscriptionOnlyInforms() throws {
         let old = txn(purchase: t0 - 60 * day, expires: t0 - 30 * day)
-        let e = try #require(try mapper.events(for: VerifiedInput(kind: .transaction, payload: old), source: clientSource, verifiedAt: t0).first)
+        let e = try #require(try mapper.events(for: decoded(.transaction, old), source: clientSource, verifiedAt: t0).first)
         #expect(e.effect == .info)
     }
 
     @Test func revokedTransactionIsARefundOrFamilyRevoke() throws {
         let refunded = txn(revocationDate: t0 + day, revocationType: "REFUND_FULL")
-        let e = try #require(try mapper.events(for: VerifiedInput(kind: .transaction, payload: refunded), source: clientSource, verifiedAt: t0).first)
+        let e = try #require(try mapper.events(for: decoded(.transaction, refunded), source: clientSource, verifiedAt: t0).first)
         #expect(e.kind == "REFUNDED")
         #expect(e.effect == .revoke)
         let fam = txn(revocationDate: t0 + day, revocationType: "FAMILY_REVOKE", ownership: "FAMILY_SHARED")
-        let f = try #require(try mapper.events(for: VerifiedInput(kind: .transaction, payload: fam), source: clientSource, verifiedAt: t0).first)
+        let f = try #require(try mapper.events(for: decoded(.transaction, fam), source: clientSource, verifiedAt: t0).first)
         #expect(f.kind == "FAMILY_ACCESS_REVOKED")
         // The refund of a transaction must not share the purchase's event id (dedupe on transactionId alone drops refunds).
-        let purchase = try #require(try mapper.events(for: VerifiedInput(kind: .transaction, payload: txn()), source: clientSource, verifiedAt: t0).first)
+        let purchase = try #require(try mapper.events(for: decoded(.transaction, txn()), source: clientSource, verifiedAt: t0).first)
         #expect(purchase.eventId != e.eventId)
     }
 
     @Test func upgradedTransactionRevokesTheOldTier() throws {
-        let e = try #require(try mapper.events(for: VerifiedInput(kind: .transaction, payload: txn(isUpgraded: true)), source: clientSource, verifiedAt: t0).first)
+        let e = try #require(try mapper.events(for: decoded(.transaction, txn(isUpgraded: true)), source: clientSource, verifiedAt: t0).first)
         #expect(e.kind == "PLAN_UPGRADED")
         #expect(e.effect == .revoke)
         #expect(e.productId == "com.example.pro.monthly")
@@ -333,18 +344,18 @@ struct ClientInputMappingTests {
 
     @Test func consumablePurchaseCreditsCatalogueUnits() throws {
         let t = txn(productId: "com.example.tickets.10", type: "Consumable", expires: nil, quantity: 2)
-        let e = try #require(try mapper.events(for: VerifiedInput(kind: .transaction, payload: t), source: clientSource, verifiedAt: t0).first)
+        let e = try #require(try mapper.events(for: decoded(.transaction, t), source: clientSource, verifiedAt: t0).first)
         #expect(e.kind == "ONE_TIME_PURCHASED")
         #expect(e.units == 20)
         #expect(e.entitlement == "tickets")
     }
 
     @Test func renewalInfoAndAppTransaction() throws {
-        let r = try #require(try mapper.events(for: VerifiedInput(kind: .renewalInfo, payload: renewal()), source: clientSource, verifiedAt: t0).first)
+        let r = try #require(try mapper.events(for: decoded(.renewalInfo, renewal()), source: clientSource, verifiedAt: t0).first)
         #expect(r.kind == "RENEWAL_INFO_OBSERVED")
         #expect(r.effect == .state)
         let app: JSONValue = .object(["appTransactionId": .string("a-1"), "receiptType": .string("Sandbox"), "receiptCreationDate": .integer(t0), "bundleId": .string("com.example.app")])
-        let a = try #require(try mapper.events(for: VerifiedInput(kind: .appTransaction, payload: app), source: clientSource, verifiedAt: t0).first)
+        let a = try #require(try mapper.events(for: decoded(.appTransaction, app), source: clientSource, verifiedAt: t0).first)
         #expect(a.kind == "APP_TRANSACTION_OBSERVED")
         #expect(a.effect == .info)
         #expect(a.subject == "a-1")
@@ -358,12 +369,12 @@ struct ClientInputMappingTests {
         var fields = txn().objectValue!
         fields["deviceVerificationNonce"] = .string(nonce.lowercased())
         fields["deviceVerification"] = .string(digest)
-        try EntitlementMapper.checkDeviceVerification(transaction: .object(fields), deviceVerificationId: device)
+        try EntitlementMapper.checkDeviceVerification(transaction: JWSTransactionDecodedPayload(raw: .object(fields)), deviceVerificationId: device)
         #expect(throws: DomainRejection.self) {
-            try EntitlementMapper.checkDeviceVerification(transaction: .object(fields), deviceVerificationId: "00000000-0000-4000-8000-000000000000")
+            try EntitlementMapper.checkDeviceVerification(transaction: JWSTransactionDecodedPayload(raw: .object(fields)), deviceVerificationId: "00000000-0000-4000-8000-000000000000")
         }
         #expect(throws: DomainRejection.self) {
-            try EntitlementMapper.checkDeviceVerification(transaction: txn(), deviceVerificationId: device)
+            try EntitlementMapper.checkDeviceVerification(transaction: JWSTransactionDecodedPayload(raw: txn()), deviceVerificationId: device)
         }
     }
 }

@@ -27,14 +27,14 @@ private func entry(
     return e
 }
 
-private func receipt(_ entries: [AppReceiptInApp]) -> VerifiedInput {
+private func receipt(_ entries: [AppReceiptInApp]) -> VerifiedItem {
     var r = AppReceipt()
     r.receiptType = "ProductionSandbox"
     r.bundleId = "com.example.app"
     r.appAppleId = 0
     r.receiptCreationDate = created
     r.inApp = entries
-    return VerifiedInput(.appReceipt(VerifiedAppReceipt(payload: r)))
+    return .appReceipt(VerifiedAppReceipt(payload: r))
 }
 
 @Suite struct ReceiptMapping {

@@ -43,7 +43,7 @@ import Testing
         var verified = 0, rejected = 0
         var reasons: Set<String> = []
         for (i, item) in traffic.items.enumerated() {
-            let at = InputCoordinates(topic: DemoRunner.rawTopic, partition: 0, offset: Int64(i))
+            let at = InputCoordinates(topic: FleetTopics.raw, partition: 0, offset: Int64(i))
             switch processor.process(value: item.value, deviceVerificationId: nil, at: at) {
             case .events(let events, _):
                 #expect(item.expectation == "valid" || item.expectation == "replay", "input #\(i) verified, generator meant \(item.expectation)")

@@ -88,7 +88,7 @@ public struct AppleChainVerifier: Sendable {
     public func verify(
         leaf: Certificate, intermediates: [Certificate], validationTime: Int64
     ) throws(VerificationError) -> Result {
-        let date = Date(timeIntervalSince1970: Double(validationTime) / 1000)
+        let date = EpochMillis.date(validationTime)
         let rootCerts = roots.map(\.certificate)
         let outcome = SyncBridge.run {
             var verifier = Verifier(rootCertificates: CertificateStore(rootCerts)) {
@@ -107,8 +107,8 @@ public struct AppleChainVerifier: Sendable {
             var notBefore = Int64.min
             var notAfter = Int64.max
             for c in certs {
-                notBefore = max(notBefore, Self.millis(c.notValidBefore))
-                notAfter = min(notAfter, Self.millis(c.notValidAfter))
+                notBefore = max(notBefore, EpochMillis.millis(c.notValidBefore))
+                notAfter = min(notAfter, EpochMillis.millis(c.notValidAfter))
             }
             return Result(
                 leafKey: leaf.publicKey, anchor: anchor, certificates: certs, notBeforeMillis: notBefore,
@@ -124,7 +124,6 @@ public struct AppleChainVerifier: Sendable {
         AppleMarkerOIDPolicy.leafOID, AppleMarkerOIDPolicy.intermediateOID,
     ]
 
-    static func millis(_ d: Date) -> Int64 { Int64((d.timeIntervalSince1970 * 1000).rounded(.down)) }
 
     /// The most specific reason among the candidate chains' failures (a chain that reached a root was built).
     static func map(

@@ -17,6 +17,17 @@ public struct AppReceiptInApp: Sendable, Hashable {
 
     public init() {}
 
+    /// Field 1707 as Apple's JWS transaction `type`; nil when absent or not one of the four.
+    public var type: ProductType? {
+        switch productType {
+        case 0: return .nonConsumable
+        case 1: return .consumable
+        case 2: return .nonRenewing
+        case 3: return .autoRenewable
+        default: return nil
+        }
+    }
+
     public var json: JSONValue {
         var o: [String: JSONValue] = [:]
         func put(_ k: String, _ v: String?) { if let v { o[k] = .string(v) } }

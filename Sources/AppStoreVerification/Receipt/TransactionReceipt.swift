@@ -178,7 +178,7 @@ extension SignedDataVerifier {
             throw VerificationError(.untrustedChain, "trusted intermediate \(ca.subject) has invalid extensions: \(error)")
         }
         // The intermediate -> a configured root, RFC 5280 at the same time.
-        let date = Date(timeIntervalSince1970: Double(validationTime) / 1000)
+        let date = EpochMillis.date(validationTime)
         let roots = policy.roots
         let outcome = SyncBridge.run {
             var verifier = Verifier(rootCertificates: CertificateStore(roots.map(\.certificate))) {
@@ -195,8 +195,8 @@ extension SignedDataVerifier {
             var notBefore = leaf.notBeforeMillis
             var notAfter = leaf.notAfterMillis
             for c in certs {
-                notBefore = max(notBefore, AppleChainVerifier.millis(c.notValidBefore))
-                notAfter = min(notAfter, AppleChainVerifier.millis(c.notValidAfter))
+                notBefore = max(notBefore, EpochMillis.millis(c.notValidBefore))
+                notAfter = min(notAfter, EpochMillis.millis(c.notValidAfter))
             }
             let verified = VerifiedChain(
                 leafCertificateKey: leaf.publicKey, notBeforeMillis: notBefore, notAfterMillis: notAfter,

@@ -100,7 +100,7 @@ public final class RevocationChecker: Sendable {
         let t = cache.now()
         guard let leaf = certificates.first, let root = certificates.last else { return .unavailable("empty chain") }
         let requester = CachedOCSPRequester(cache: cache, refresh: refresh)
-        let date = Date(timeIntervalSince1970: Double(t) / 1000)
+        let date = EpochMillis.date(t)
         let critical = Array(Set(certificates.flatMap { $0.extensions.filter(\.critical).map(\.oid) }))
         var verifier = Verifier(rootCertificates: CertificateStore([root])) {
             AlreadyVerified(verifyingCriticalExtensions: critical)
