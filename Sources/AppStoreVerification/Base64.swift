@@ -71,33 +71,48 @@ public enum Base64 {
         let full = n / 4
         let outCount = full * 3 + (rem == 0 ? 0 : rem - 1)
         var ok = true
-        let out = [UInt8](unsafeUninitializedCapacity: outCount) { dst, initialized in
+        // Two spare bytes: the 8-character loop stores 8 bytes, of which 6 are output.
+        let out = [UInt8](unsafeUninitializedCapacity: outCount + 2) { dst, initialized in
+            guard let s = src.baseAddress, let d = dst.baseAddress, let wp = w.baseAddress else {
+                initialized = 0
+                return
+            }
             var bad: UInt8 = 0
             var wideBad: UInt32 = 0
             var o = 0
             var k = 0
-            for _ in 0..<full {
-                let x = w[Int(src[k])] | w[256 + Int(src[k + 1])] | w[512 + Int(src[k + 2])] | w[768 + Int(src[k + 3])]
+            // Two 4-character groups per step: 6 bytes written with one 8-byte store.
+            for _ in 0..<(full / 2) {
+                let x = wp[Int(s[k])] | wp[256 + Int(s[k + 1])] | wp[512 + Int(s[k + 2])] | wp[768 + Int(s[k + 3])]
+                let y = wp[Int(s[k + 4])] | wp[256 + Int(s[k + 5])] | wp[512 + Int(s[k + 6])] | wp[768 + Int(s[k + 7])]
+                wideBad |= x | y
+                let v = UInt64(x) << 40 | UInt64(y & 0x00FF_FFFF) << 16
+                UnsafeMutableRawPointer(d + o).storeBytes(of: v.bigEndian, as: UInt64.self)
+                o += 6
+                k += 8
+            }
+            if full & 1 != 0 {
+                let x = wp[Int(s[k])] | wp[256 + Int(s[k + 1])] | wp[512 + Int(s[k + 2])] | wp[768 + Int(s[k + 3])]
                 wideBad |= x
-                dst[o] = UInt8(truncatingIfNeeded: x >> 16)
-                dst[o + 1] = UInt8(truncatingIfNeeded: x >> 8)
-                dst[o + 2] = UInt8(truncatingIfNeeded: x)
+                d[o] = UInt8(truncatingIfNeeded: x >> 16)
+                d[o + 1] = UInt8(truncatingIfNeeded: x >> 8)
+                d[o + 2] = UInt8(truncatingIfNeeded: x)
                 o += 3
                 k += 4
             }
             if wideBad & 0xFF00_0000 != 0 { bad |= 0x80 }
             if rem == 2 {
-                let a = t[Int(src[k])], b = t[Int(src[k + 1])]
+                let a = t[Int(s[k])], b = t[Int(s[k + 1])]
                 bad |= a | b
                 if b & 0x0F != 0 { bad |= 0x80 }
-                dst[o] = a << 2 | b >> 4
+                d[o] = a << 2 | b >> 4
                 o += 1
             } else if rem == 3 {
-                let a = t[Int(src[k])], b = t[Int(src[k + 1])], c = t[Int(src[k + 2])]
+                let a = t[Int(s[k])], b = t[Int(s[k + 1])], c = t[Int(s[k + 2])]
                 bad |= a | b | c
                 if c & 0x03 != 0 { bad |= 0x80 }
-                dst[o] = a << 2 | b >> 4
-                dst[o + 1] = b << 4 | c >> 2
+                d[o] = a << 2 | b >> 4
+                d[o + 1] = b << 4 | c >> 2
                 o += 2
             }
             // Any invalid character maps to 0xFF, which sets bits above the 6 valid ones.

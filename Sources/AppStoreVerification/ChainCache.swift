@@ -93,15 +93,27 @@ public struct ChainCacheKey: Hashable, Sendable {
         return hashBytes(UnsafeBufferPointer(rebasing: p[mid..<(mid + window)]), seed: a)
     }
 
+    /// Four independent multiply lanes over 32-byte blocks (one lane's chain of dependent multiplies was the
+    /// bound), then the remaining words and the tail into the first lane, and the lanes folded together.
     static func hashBytes(_ p: UnsafeBufferPointer<UInt8>, seed: UInt64) -> UInt64 {
-        var h: UInt64 = 0x9E37_79B9_7F4A_7C15 ^ seed
+        let m: UInt64 = 0x5173_9D2B_C8E1_A7F3
+        var h0: UInt64 = 0x9E37_79B9_7F4A_7C15 ^ seed
+        var h1: UInt64 = h0 &+ 0x243F_6A88_85A3_08D3
+        var h2: UInt64 = h0 &+ 0x1319_8A2E_0370_7344
+        var h3: UInt64 = h0 &+ 0xA409_3822_299F_31D0
         let n = p.count
         var k = 0
         if let base = p.baseAddress {
             let raw = UnsafeRawPointer(base)
+            while k + 32 <= n {
+                h0 = (h0.rotatedLeft(5) ^ raw.loadUnaligned(fromByteOffset: k, as: UInt64.self)) &* m
+                h1 = (h1.rotatedLeft(5) ^ raw.loadUnaligned(fromByteOffset: k + 8, as: UInt64.self)) &* m
+                h2 = (h2.rotatedLeft(5) ^ raw.loadUnaligned(fromByteOffset: k + 16, as: UInt64.self)) &* m
+                h3 = (h3.rotatedLeft(5) ^ raw.loadUnaligned(fromByteOffset: k + 24, as: UInt64.self)) &* m
+                k += 32
+            }
             while k + 8 <= n {
-                let w = raw.loadUnaligned(fromByteOffset: k, as: UInt64.self)
-                h = (h.rotatedLeft(5) ^ w) &* 0x5173_9D2B_C8E1_A7F3
+                h0 = (h0.rotatedLeft(5) ^ raw.loadUnaligned(fromByteOffset: k, as: UInt64.self)) &* m
                 k += 8
             }
             var tail: UInt64 = 0
@@ -111,8 +123,10 @@ public struct ChainCacheKey: Hashable, Sendable {
                 s += 8
                 k += 1
             }
-            h = (h.rotatedLeft(5) ^ tail) &* 0x5173_9D2B_C8E1_A7F3
+            h0 = (h0.rotatedLeft(5) ^ tail) &* m
         }
+        var h = h0 ^ h1.rotatedLeft(17) ^ h2.rotatedLeft(31) ^ h3.rotatedLeft(47)
+        h = (h ^ h >> 32) &* m
         h ^= h >> 29
         return h
     }

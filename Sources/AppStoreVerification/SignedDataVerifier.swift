@@ -24,6 +24,8 @@ public final class SignedDataVerifier: Sendable {
     public let chainCache: ChainCache?
     let now: @Sendable () -> Int64
     let trustedFingerprints: Set<[UInt8]>
+    /// The same as a list: a cache hit's root is checked against a few roots by comparison, not by hashing 32 bytes.
+    let trustedFingerprintList: [[UInt8]]
     /// The one chain verifier of this instance (JWS and receipt chains alike).
     let chainVerifier: AppleChainVerifier
     /// Online revocation checks (`--revocation-check`); nil: offline.
@@ -45,6 +47,7 @@ public final class SignedDataVerifier: Sendable {
         self.chainCache = chainCache
         self.now = now
         self.trustedFingerprints = Set(policy.roots.map(\.fingerprint))
+        self.trustedFingerprintList = Array(trustedFingerprints)
         self.chainVerifier = AppleChainVerifier(roots: policy.roots)
     }
 
@@ -124,6 +127,12 @@ public final class SignedDataVerifier: Sendable {
             throw VerificationError(.malformedJWS, "not an AppTransaction")
         }
         return a
+    }
+
+    /// Whether a cached chain's anchoring root is one of this verifier's roots.
+    @inline(__always) func isTrusted(_ rootFingerprint: [UInt8]) -> Bool {
+        if trustedFingerprintList.count <= 8 { return trustedFingerprintList.contains(rootFingerprint) }
+        return trustedFingerprints.contains(rootFingerprint)
     }
 
     // MARK: - Input classification
@@ -266,7 +275,7 @@ public final class SignedDataVerifier: Sendable {
         var header: [String: JSONValue]?
         if let cache = chainCache {
             let key = Self.makeKey(tag: Self.l1Tag, headerSeg)
-            if let c = cache.lookup(key, countHit: true, countMiss: false), trustedFingerprints.contains(c.rootFingerprint) {
+            if let c = cache.lookup(key, countHit: true, countMiss: false), isTrusted(c.rootFingerprint) {
                 chain = c
             } else {
                 l1Key = key
@@ -375,7 +384,7 @@ public final class SignedDataVerifier: Sendable {
                 keyBytes.append(0)
                 keyBytes.append(contentsOf: interB64.utf8)
                 let l2Key = ChainCacheKey(bytes: keyBytes)
-                if let c = cache.lookup(l2Key, countHit: true, countMiss: true), trustedFingerprints.contains(c.rootFingerprint) {
+                if let c = cache.lookup(l2Key, countHit: true, countMiss: true), isTrusted(c.rootFingerprint) {
                     chain = c
                 } else {
                     let c = try verifyChain(leafB64: leafB64, interB64: interB64, validationTime: validationTime)

@@ -12,16 +12,48 @@ public struct BenchVerify: Sendable {
     /// soft/hard: also measure transactions/s with revocation checks (warm OCSP answer cache, local openssl
     /// responders) against the offline verifier of the same run (`revocation_*` fields; target >= 0.9x).
     public var revocationCheck: RevocationSettings.Mode = .off
+    /// Which phases run: all of them (default), only the legacy receipt phase, or everything but it.
+    public var only: Part = .all
+
+    public enum Part: String, Sendable {
+        case all, receipts, jws
+    }
 
     public func run() throws {
+        var object: JSONValue = .object([:])
+        var checks: [String: JSONValue] = [:]
+        if only != .receipts {
+            let (o, c) = try runJWS()
+            object = o
+            checks = c
+        }
+        if case .object(var o) = object {
+            if only != .jws {
+                // Legacy app receipts: a 4-entry receipt (warm chain cache) against raw RSA-2048 verifies, same run.
+                let receipts = ReceiptBenchmark.run(
+                    workload: try ReceiptBenchmark.Workload(), seconds: seconds, threads: threads, cache: ChainCache())
+                if only == .receipts { o["threads"] = .number(Double(threads)) }
+                o["receipts_per_s"] = .number(receipts.receipts_per_s)
+                o["raw_rsa_verifies_per_s"] = .number(receipts.raw_rsa_verifies_per_s)
+                o["receipts_vs_raw_rsa"] = .number(receipts.receipts_vs_raw_rsa)
+                checks["receipts_target_met"] = .bool(receipts.receipts_vs_raw_rsa >= 0.7)
+            }
+            o["checks"] = .object(checks)
+            object = .object(o)
+        }
+        print(object.serialized(sortedKeys: true))
+    }
+
+    /// The JWS phases (and revocation, when asked): the result object without `checks`, and the checks.
+    func runJWS() throws -> (JSONValue, [String: JSONValue]) {
         let workload = try VerifyBenchmark.Workload()
         let result = VerifyBenchmark.run(workload: workload, seconds: seconds, threads: threads, cache: ChainCache())
         var object = try JSONValue.parse(bytes: Array(try JSONEncoder().encode(result)))
+        var checks: [String: JSONValue] = [
+            "transactions_target_met": .bool(result.transactions_vs_raw >= 0.85),
+            "notifications_target_met": .bool(result.notifications_vs_raw_third >= 0.85),
+        ]
         if case .object(var o) = object {
-            var checks: [String: JSONValue] = [
-                "transactions_target_met": .bool(result.transactions_vs_raw >= 0.85),
-                "notifications_target_met": .bool(result.notifications_vs_raw_third >= 0.85),
-            ]
             if threads > 1 {
                 // The 0.85 targets are for one thread; scaling compares one and N threads, interleaved.
                 let single = VerifyBenchmark.run(workload: workload, seconds: seconds, threads: 1, cache: ChainCache())
@@ -38,13 +70,6 @@ public struct BenchVerify: Sendable {
                 checks["scaling"] = .number((scaling * 1000).rounded() / 1000)
                 checks["scaling_target_met"] = .bool(scaling >= 0.9 * Double(threads))
             }
-            // Legacy app receipts: a 4-entry receipt (warm chain cache) against raw RSA-2048 verifies, same run.
-            let receipts = ReceiptBenchmark.run(
-                workload: try ReceiptBenchmark.Workload(), seconds: seconds, threads: threads, cache: ChainCache())
-            o["receipts_per_s"] = .number(receipts.receipts_per_s)
-            o["raw_rsa_verifies_per_s"] = .number(receipts.raw_rsa_verifies_per_s)
-            o["receipts_vs_raw_rsa"] = .number(receipts.receipts_vs_raw_rsa)
-            checks["receipts_target_met"] = .bool(receipts.receipts_vs_raw_rsa >= 0.7)
             if revocationCheck != .off {
                 let fetcher = OCSPHTTPFetcher()
                 let r = try RevocationBenchmark.run(
@@ -54,9 +79,8 @@ public struct BenchVerify: Sendable {
                 }
                 checks["revocation_target_met"] = .bool(r.revocation_target_met)
             }
-            o["checks"] = .object(checks)
             object = .object(o)
         }
-        print(object.serialized(sortedKeys: true))
+        return (object, checks)
     }
 }

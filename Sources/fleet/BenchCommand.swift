@@ -36,15 +36,24 @@ struct BenchVerifyCommand: ParsableCommand {
         local openssl responders) against the offline verifier in the same run (revocation_* fields; target >= 0.9x).
         """)
     var revocationCheck: String = "off"
+    @Option(help: """
+        all (default), receipts (only the legacy receipt phase: receipts_per_s, raw_rsa_verifies_per_s, \
+        receipts_vs_raw_rsa, receipts_target_met; for profiling it) or jws (everything but the receipt phase).
+        """)
+    var only: String = "all"
 
     func run() throws {
         guard let mode = RevocationSettings.Mode(rawValue: revocationCheck) else {
             throw ValidationError("--revocation-check must be off, soft or hard, not \(revocationCheck)")
         }
+        guard let part = BenchVerify.Part(rawValue: only) else {
+            throw ValidationError("--only must be all, receipts or jws, not \(only)")
+        }
         var bench = BenchVerify()
         bench.seconds = seconds
         bench.threads = threads
         bench.revocationCheck = mode
+        bench.only = part
         try bench.run()
     }
 }

@@ -324,10 +324,12 @@ public struct PKCS7SignedData: Sendable {
         do { try StrictDER.validate(node, in: b) } catch { throw fail(error, what()) }
     }
 
-    static func primitive(_ node: Element?, _ tag: Tag, _ what: String) throws(VerificationError) -> Range<Int> {
-        guard let node else { throw fail("\(what) is missing") }
-        guard node.tag == tag else { throw fail("\(what) has tag \(node.tag), expected \(tag)") }
-        guard !node.isConstructed else { throw fail("\(what) is not primitive") }
+    static func primitive(
+        _ node: Element?, _ tag: Tag, _ what: @autoclosure () -> String
+    ) throws(VerificationError) -> Range<Int> {
+        guard let node else { throw fail("\(what()) is missing") }
+        guard node.tag == tag else { throw fail("\(what()) has tag \(node.tag), expected \(tag)") }
+        guard !node.isConstructed else { throw fail("\(what()) is not primitive") }
         return node.content
     }
 
@@ -336,9 +338,9 @@ public struct PKCS7SignedData: Sendable {
     }
 
     /// An OBJECT IDENTIFIER element's whole encoding.
-    static func oid(_ b: Bytes, _ node: Element?, _ what: String) throws(VerificationError) -> Range<Int> {
-        let content = try primitive(node, .objectIdentifier, what)
-        guard StrictDER.isValidOID(b, content) else { throw fail("\(what) is not a valid OBJECT IDENTIFIER") }
+    static func oid(_ b: Bytes, _ node: Element?, _ what: @autoclosure () -> String) throws(VerificationError) -> Range<Int> {
+        let content = try primitive(node, .objectIdentifier, what())
+        guard StrictDER.isValidOID(b, content) else { throw fail("\(what()) is not a valid OBJECT IDENTIFIER") }
         return node!.encoded
     }
 

@@ -202,10 +202,20 @@ public struct AppReceipt: Sendable, Hashable {
         guard n.tag == .utf8String || n.tag == .ia5String || n.tag == .printableString, !n.isConstructed else {
             throw fail("\(what()) is not a string (tag \(n.tag))")
         }
-        guard let s = String(validating: UnsafeBufferPointer(rebasing: b[n.content]), as: UTF8.self) else {
+        let text = UnsafeBufferPointer(rebasing: b[n.content])
+        // ASCII (every real receipt string) is valid UTF-8 as it is: no generic validation (which looks type metadata
+        // up at run time) on the hot path.
+        if isASCII(text) { return String(decoding: text, as: UTF8.self) }
+        guard let s = String(validating: text, as: UTF8.self) else {
             throw fail("\(what()) is not valid UTF-8")
         }
         return s
+    }
+
+    @inline(__always) static func isASCII(_ text: Bytes) -> Bool {
+        var high: UInt8 = 0
+        for c in text { high |= c }
+        return high & 0x80 == 0
     }
 
     static func integer(_ b: Bytes, _ r: Range<Int>, _ what: @autoclosure () -> String) throws(VerificationError) -> Int64? {

@@ -110,13 +110,13 @@ extension SignedDataVerifier {
         keyBytes.reserveCapacity(9 + issuer.count + sid.count + signed.certificateSetDER.count)
         keyBytes.append(Self.receiptTag)
         // Length-prefixed parts, so that no two (issuer, sid, set) triples give the same key.
-        for part in [issuer, sid] {
-            withUnsafeBytes(of: UInt32(part.count).bigEndian) { keyBytes.append(contentsOf: $0) }
-            keyBytes.append(contentsOf: part)
-        }
+        withUnsafeBytes(of: UInt32(issuer.count).bigEndian) { keyBytes.append(contentsOf: $0) }
+        keyBytes.append(contentsOf: issuer)
+        withUnsafeBytes(of: UInt32(sid.count).bigEndian) { keyBytes.append(contentsOf: $0) }
+        keyBytes.append(contentsOf: sid)
         keyBytes.append(contentsOf: signed.certificateSetDER)
         let key = ChainCacheKey(bytes: keyBytes)
-        if let cache = chainCache, let c = cache.lookup(key), trustedFingerprints.contains(c.rootFingerprint) {
+        if let cache = chainCache, let c = cache.lookup(key), isTrusted(c.rootFingerprint) {
             return c
         }
         try signed.validateCertificates()

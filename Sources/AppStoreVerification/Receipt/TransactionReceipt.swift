@@ -150,7 +150,7 @@ extension SignedDataVerifier {
         for i in policy.trustedIntermediates { keyBytes += i.fingerprint }
         keyBytes += der
         let cacheKey = ChainCacheKey(bytes: keyBytes)
-        if let cache = chainCache, let c = cache.lookup(cacheKey), trustedFingerprints.contains(c.rootFingerprint) {
+        if let cache = chainCache, let c = cache.lookup(cacheKey), isTrusted(c.rootFingerprint) {
             return c
         }
         let leaf = try LegacySignerCertificate(der: der)
