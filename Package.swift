@@ -293,10 +293,6 @@ let package = Package(
         ),
         .testTarget(name: "FleetRevocationTests", dependencies: [
             "FleetRevocation", "AppStoreVerification", "FleetTestPKI", "FleetTestSupport",
-            .product(name: "Crypto", package: "swift-crypto"),
-            .product(name: "X509", package: "swift-certificates"),
-            .product(name: "SwiftASN1", package: "swift-asn1"),
-            .product(name: "Logging", package: "swift-log"),
         ]),
         .testTarget(name: "EntitlementDomainTests", dependencies: [
             "EntitlementDomain", "AppStoreVerification", .product(name: "Crypto", package: "swift-crypto"),
@@ -321,8 +317,8 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]),
         .testTarget(name: "FleetIngestTests", dependencies: [
-            "FleetIngest", "FleetIngestClient", "FleetKafka", "FleetWorker", "FleetTestPKI", "FleetOperations", "FleetDevStack",
-            "FleetTestSupport",
+            "FleetIngest", "FleetIngestRequests", "FleetIngestClient", "FleetKafka", "FleetWorker", "FleetTestPKI",
+            "FleetOperations", "FleetDevStack", "FleetTestSupport",
             "AppStoreVerification", "EntitlementDomain", .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
         ]),
