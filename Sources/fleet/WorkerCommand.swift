@@ -120,10 +120,11 @@ struct Worker: AsyncParsableCommand {
             catalogue = try ProductCatalogue.load(path: path)
         }
         // Memory: raw inputs are large (a notification is 10-20 KB), so the worker keeps a modest prefetch:
-        // 2,000 messages handed over but not yet processed, librdkafka's own fetch queue at 16 MB (its 64 MB default
-        // alone would be most of the worker's memory) filled by small fetches (256 KB per partition, 8 MB per
-        // request), so that a fetch response never overshoots the queue bound and trips 2.0.2's 1-second fetch
-        // backoff. Outputs waiting for their delivery report are bounded at 10,000 (a rejected record carries its
+        // 2,000 messages handed over but not yet processed, librdkafka's own fetch queue at 20 MB (its 64 MB default
+        // alone would be most of the worker's memory) filled by small fetches (128 KB per partition, 8 MB per
+        // request), so that a fetch response rarely overshoots the queue bound and trips 2.0.2's 1-second fetch
+        // backoff. (With 16 MB and 256 KB it did: the worker waited ~0.5 s for input in every 4 s of `fleet bench
+        // worker` and ran at 0.86 x single-thread verify; with 20 MB and 128 KB, 1.03-1.13 x at 145 MB RSS.) Outputs waiting for their delivery report are bounded at 10,000 (a rejected record carries its
         // 10-20 KB input; the producer's 100,000 default could hold far more than the whole worker's budget), beyond
         // which emission waits. Measured with `fleet bench worker`; each can be overridden through kafka properties.
         var properties = try s.kafkaProperties(flag: service.kafkaProperties)
@@ -146,7 +147,7 @@ struct Worker: AsyncParsableCommand {
     }
 
     static let fetchDefaults = [
-        "queued.max.messages.kbytes": "16384", "max.partition.fetch.bytes": "262144", "fetch.max.bytes": "8388608",
+        "queued.max.messages.kbytes": "20480", "max.partition.fetch.bytes": "131072", "fetch.max.bytes": "8388608",
     ]
 }
 
