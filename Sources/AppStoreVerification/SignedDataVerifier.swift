@@ -23,9 +23,8 @@ public final class SignedDataVerifier: Sendable {
     public let policy: VerificationPolicy
     public let chainCache: ChainCache?
     let now: @Sendable () -> Int64
-    let trustedFingerprints: Set<[UInt8]>
-    /// The same as a list: a cache hit's root is checked against a few roots by comparison, not by hashing 32 bytes.
-    let trustedFingerprintList: [[UInt8]]
+    /// The configured roots' fingerprints (a handful: a cache hit's root is compared, not hashed into a set).
+    let trustedFingerprints: [[UInt8]]
     /// The one chain verifier of this instance (JWS and receipt chains alike).
     let chainVerifier: AppleChainVerifier
     /// Online revocation checks (`--revocation-check`); nil: offline.
@@ -46,8 +45,9 @@ public final class SignedDataVerifier: Sendable {
         self.revocation = revocation
         self.chainCache = chainCache
         self.now = now
-        self.trustedFingerprints = Set(policy.roots.map(\.fingerprint))
-        self.trustedFingerprintList = Array(trustedFingerprints)
+        var fingerprints: [[UInt8]] = []
+        for root in policy.roots where !fingerprints.contains(root.fingerprint) { fingerprints.append(root.fingerprint) }
+        self.trustedFingerprints = fingerprints
         self.chainVerifier = AppleChainVerifier(roots: policy.roots)
     }
 
@@ -130,10 +130,7 @@ public final class SignedDataVerifier: Sendable {
     }
 
     /// Whether a cached chain's anchoring root is one of this verifier's roots.
-    @inline(__always) func isTrusted(_ rootFingerprint: [UInt8]) -> Bool {
-        if trustedFingerprintList.count <= 8 { return trustedFingerprintList.contains(rootFingerprint) }
-        return trustedFingerprints.contains(rootFingerprint)
-    }
+    @inline(__always) func isTrusted(_ rootFingerprint: [UInt8]) -> Bool { trustedFingerprints.contains(rootFingerprint) }
 
     // MARK: - Input classification
 
@@ -454,27 +451,21 @@ public final class SignedDataVerifier: Sendable {
         return nil
     }
 
-    /// The members that mark each kind (for error details).
-    static func markers(_ kind: VerifiedItem.Kind) -> [String] {
-        switch kind {
-        case .notification: return ["notificationType"]
-        case .transaction: return ["transactionId"]
-        case .renewalInfo: return ["originalTransactionId"]
-        case .appTransaction: return ["receiptCreationDate", "receiptType", "appTransactionId"]
-        case .appReceipt: return []
-        }
+    /// The members that mark each kind. Built once: `hasMarker` runs for every JWS whose kind the caller names.
+    static let markerTable: [VerifiedItem.Kind: [String]] = [
+        .notification: ["notificationType"],
+        .transaction: ["transactionId"],
+        .renewalInfo: ["originalTransactionId"],
+        .appTransaction: ["receiptCreationDate", "receiptType", "appTransactionId"],
+        .appReceipt: [],
+    ]
+
+    static func markers(_ kind: VerifiedItem.Kind) -> [String] { markerTable[kind] ?? [] }
+
+    static func hasMarker(_ o: [String: JSONValue], of kind: VerifiedItem.Kind) -> Bool {
+        markers(kind).contains { o[$0] != nil }
     }
 
-    /// On the hot path (every JWS a caller names the kind of): no array built, as `markers` would.
-    static func hasMarker(_ o: [String: JSONValue], of kind: VerifiedItem.Kind) -> Bool {
-        switch kind {
-        case .notification: return o["notificationType"] != nil
-        case .transaction: return o["transactionId"] != nil
-        case .renewalInfo: return o["originalTransactionId"] != nil
-        case .appTransaction: return o["receiptCreationDate"] != nil || o["receiptType"] != nil || o["appTransactionId"] != nil
-        case .appReceipt: return false
-        }
-    }
     static func markerNames(_ kind: VerifiedItem.Kind) -> String { markers(kind).joined(separator: ", ") }
 
     static func environmentOf(kind: VerifiedItem.Kind, _ o: [String: JSONValue]) throws(VerificationError) -> Environment? {

@@ -48,19 +48,22 @@ public enum FleetHeaders {
 
     public static let maxDetailLength = 2000
 
-    /// The headers of a result record: `event-kind`, `event-id`.
-    public static func result(_ event: EntitlementEvent) -> [(key: String, value: String)] {
-        [(eventKind, event.kind), (eventId, event.eventId)]
+    /// The headers of a result record: `event-kind`, `event-id`, each made by `header(name, value)` (the caller's
+    /// header type, built directly: this runs for every event).
+    public static func result<Header>(_ event: EntitlementEvent, _ header: (String, String) -> Header) -> [Header] {
+        [header(eventKind, event.kind), header(eventId, event.eventId)]
     }
 
     /// The headers of a rejected record: `reason`, `detail` (cut to `maxDetailLength` characters), `source-topic`,
-    /// `source-partition`, `source-offset`.
-    public static func rejected(
-        reason: String, detail: String, sourceTopic: String, sourcePartition: Int32, sourceOffset: Int64
-    ) -> [(key: String, value: String)] {
+    /// `source-partition`, `source-offset`, each made by `header(name, value)`.
+    public static func rejected<Header>(
+        reason: String, detail: String, sourceTopic: String, sourcePartition: Int32, sourceOffset: Int64,
+        _ header: (String, String) -> Header
+    ) -> [Header] {
         [
-            (Self.reason, reason), (Self.detail, String(detail.prefix(maxDetailLength))), (Self.sourceTopic, sourceTopic),
-            (Self.sourcePartition, String(sourcePartition)), (Self.sourceOffset, String(sourceOffset)),
+            header(Self.reason, reason), header(Self.detail, String(detail.prefix(maxDetailLength))),
+            header(Self.sourceTopic, sourceTopic), header(Self.sourcePartition, String(sourcePartition)),
+            header(Self.sourceOffset, String(sourceOffset)),
         ]
     }
 }

@@ -59,7 +59,7 @@ public struct BenchSink: Sendable {
             let partition = Int32(truncatingIfNeeded: UInt32(truncatingIfNeeded: key.utf8.reduce(5381) { ($0 &* 33) &+ Int($1) }) % UInt32(partitions))
             try producer.enqueue(OutgoingMessage(
                 topic: topic, key: Array(key.utf8), value: values[produced],
-                headers: FleetHeaders.result(event).map { KafkaHeader(key: $0.key, string: $0.value) },
+                headers: FleetHeaders.result(event, KafkaHeader.init(key:string:)),
                 partition: partition)) { result in
                 if case .failure = result { failures.withLock { $0 += 1 } }
             }

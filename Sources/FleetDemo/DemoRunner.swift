@@ -392,8 +392,6 @@ public final class DemoRunner: @unchecked Sendable {
         }
     }
 
-    static func nowMillis() -> Int64 { EpochMillis.now() }
-
     private func connect(_ url: String) async throws -> PostgresConnection {
         let config = try DatabaseURL(url).connectionConfiguration()
         return try await PostgresConnection.connect(configuration: config, id: 1, logger: logger)

@@ -49,8 +49,7 @@ public final class KafkaRejectedSink: RejectedRecordSink {
             topic: topic, key: record.key, value: record.value,
             headers: FleetHeaders.rejected(
                 reason: reason, detail: detail, sourceTopic: record.topic, sourcePartition: record.partition,
-                sourceOffset: record.offset
-            ).map { KafkaHeader(key: $0.key, string: $0.value) }))
+                sourceOffset: record.offset, KafkaHeader.init(key:string:))))
     }
 }
 

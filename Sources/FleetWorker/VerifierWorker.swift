@@ -247,15 +247,14 @@ public final class VerifierWorker: Service, Sendable {
                     topic: configuration.resultTopic,
                     key: Array(EntitlementMapper.partitionKey(for: e).utf8),
                     value: e.jsonBytes(),
-                    headers: FleetHeaders.result(e).map { KafkaHeader(key: $0.key, string: $0.value) })
+                    headers: FleetHeaders.result(e, KafkaHeader.init(key:string:)))
             }
         case .rejected(let reason, let detail):
             return [OutgoingMessage(
                 topic: configuration.rejectedTopic, key: m.key, value: m.value,
                 headers: FleetHeaders.rejected(
                     reason: reason.rawValue, detail: detail, sourceTopic: m.topic, sourcePartition: m.partition,
-                    sourceOffset: m.offset
-                ).map { KafkaHeader(key: $0.key, string: $0.value) })]
+                    sourceOffset: m.offset, KafkaHeader.init(key:string:)))]
         case .retryable:
             return []  // never emitted: processBatch verifies it again
         }

@@ -12,7 +12,7 @@ import Testing
     @Test func rejectedRecordHeaders() {
         let headers = FleetHeaders.rejected(
             reason: "INVALID_SIGNATURE", detail: String(repeating: "x", count: 2500), sourceTopic: "raw",
-            sourcePartition: 3, sourceOffset: 41)
+            sourcePartition: 3, sourceOffset: 41) { (key: $0, value: $1) }
         #expect(headers.map(\.key) == ["reason", "detail", "source-topic", "source-partition", "source-offset"])
         #expect(headers.map(\.value) == ["INVALID_SIGNATURE", String(repeating: "x", count: 2000), "raw", "3", "41"])
     }
@@ -21,8 +21,9 @@ import Testing
         let e = EntitlementEvent(
             eventId: "id-1", kind: "REFUNDED", effect: .revoke, environment: "Sandbox", signedDate: 1, verifiedAt: 2,
             source: EventSource(topic: "raw", partition: 0, offset: 0, kind: .transaction))
-        #expect(FleetHeaders.result(e).map(\.key) == ["event-kind", "event-id"])
-        #expect(FleetHeaders.result(e).map(\.value) == ["REFUNDED", "id-1"])
+        let headers = FleetHeaders.result(e) { (key: $0, value: $1) }
+        #expect(headers.map(\.key) == ["event-kind", "event-id"])
+        #expect(headers.map(\.value) == ["REFUNDED", "id-1"])
         #expect(FleetHeaders.deviceVerificationId == "device-verification-id")
     }
 }

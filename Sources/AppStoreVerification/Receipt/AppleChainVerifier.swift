@@ -124,7 +124,6 @@ public struct AppleChainVerifier: Sendable {
         AppleMarkerOIDPolicy.leafOID, AppleMarkerOIDPolicy.intermediateOID,
     ]
 
-
     /// The most specific reason among the candidate chains' failures (a chain that reached a root was built).
     static func map(
         _ failures: [CertificateValidationResult.PolicyFailure], leaf: Certificate, intermediates: [Certificate], date: Date
