@@ -176,6 +176,10 @@ public struct AppReceipt: Sendable, Hashable {
             count += 1
             if count > maxAttributes { throw fail("more than \(maxAttributes) receipt attributes") }
             guard item.tag == .sequence, item.isConstructed else { throw fail("\(what()): an attribute is not a SEQUENCE") }
+            if let (type, value) = shortAttribute(b, item.content) {
+                try body(type, value, &count)
+                continue
+            }
             var fields = StrictDER.children(item, in: b)
             func field() throws(VerificationError) -> StrictDER.Element? {
                 do { return try fields.next() } catch { throw fail("\(what()) is not strict DER ASN.1: \(error)") }
@@ -196,13 +200,73 @@ public struct AppReceipt: Sendable, Hashable {
         }
     }
 
+    /// The attribute SEQUENCE's content `r` read directly when it has the shape of every real receipt attribute:
+    /// `INTEGER` type of one or two octets (minimal), `INTEGER` version of one octet, `OCTET STRING` value with a
+    /// length of at most two octets (minimal), ending exactly at `r`'s end. Anything else is nil and takes the
+    /// element-by-element walk, which reports what is wrong; for what it accepts, both give the same result.
+    @inline(__always)
+    static func shortAttribute(_ b: Bytes, _ r: Range<Int>) -> (Int, Range<Int>)? {
+        var i = r.lowerBound
+        let end = r.upperBound
+        // type: 02 01 t | 02 02 t0 t1
+        guard end - i >= 8, b[i] == 0x02 else { return nil }
+        let typeLength = Int(b[i + 1])
+        let type: Int
+        if typeLength == 1 {
+            type = Int(Int8(bitPattern: b[i + 2]))
+        } else if typeLength == 2 {
+            let t0 = b[i + 2], t1 = b[i + 3]
+            if (t0 == 0 && t1 & 0x80 == 0) || (t0 == 0xFF && t1 & 0x80 != 0) { return nil }
+            type = Int(Int16(bitPattern: UInt16(t0) << 8 | UInt16(t1)))
+        } else {
+            return nil
+        }
+        i += 2 + typeLength
+        // version: 02 01 v; then 04 and the value's length
+        guard end - i >= 5, b[i] == 0x02, b[i + 1] == 0x01, b[i + 3] == 0x04 else { return nil }
+        i += 4
+        let l0 = Int(b[i])
+        let length: Int
+        if l0 < 0x80 {
+            length = l0
+            i += 1
+        } else if l0 == 0x81 {
+            guard end - i >= 2 else { return nil }
+            length = Int(b[i + 1])
+            guard length >= 0x80 else { return nil }
+            i += 2
+        } else if l0 == 0x82 {
+            guard end - i >= 3 else { return nil }
+            length = Int(b[i + 1]) << 8 | Int(b[i + 2])
+            guard length >= 0x100 else { return nil }
+            i += 3
+        } else {
+            return nil
+        }
+        guard end - i == length else { return nil }
+        return (type, i..<end)
+    }
+
+    /// The content of the value `r` when it is one primitive element with tag octet `tag`, or a string tag when
+    /// `tag` is nil, and a short-form length (the usual value); nil otherwise (the caller walks it strictly).
+    @inline(__always)
+    static func shortValue(_ b: Bytes, _ r: Range<Int>, string: Bool) -> Range<Int>? {
+        let i = r.lowerBound
+        guard r.upperBound - i >= 2 else { return nil }
+        let t = b[i]
+        if string {
+            guard t == 0x0C || t == 0x16 || t == 0x13 else { return nil }
+        } else {
+            guard t == 0x02 else { return nil }
+        }
+        let length = Int(b[i + 1])
+        guard length < 0x80, r.upperBound - i - 2 == length else { return nil }
+        return (i + 2)..<r.upperBound
+    }
+
     /// A UTF8String / IA5String / PrintableString value.
     static func string(_ b: Bytes, _ r: Range<Int>, _ what: @autoclosure () -> String) throws(VerificationError) -> String {
-        let n = try node(b, r, what())
-        guard n.tag == .utf8String || n.tag == .ia5String || n.tag == .printableString, !n.isConstructed else {
-            throw fail("\(what()) is not a string (tag \(n.tag))")
-        }
-        let text = UnsafeBufferPointer(rebasing: b[n.content])
+        let text = UnsafeBufferPointer(rebasing: b[try stringContent(b, r, what())])
         // ASCII (every real receipt string) is valid UTF-8 as it is: no generic validation (which looks type metadata
         // up at run time) on the hot path.
         if isASCII(text) { return String(decoding: text, as: UTF8.self) }
@@ -218,7 +282,19 @@ public struct AppReceipt: Sendable, Hashable {
         return high & 0x80 == 0
     }
 
+    /// The content of a UTF8String / IA5String / PrintableString value.
+    @inline(__always)
+    static func stringContent(_ b: Bytes, _ r: Range<Int>, _ what: @autoclosure () -> String) throws(VerificationError) -> Range<Int> {
+        if let c = shortValue(b, r, string: true) { return c }
+        let n = try node(b, r, what())
+        guard n.tag == .utf8String || n.tag == .ia5String || n.tag == .printableString, !n.isConstructed else {
+            throw fail("\(what()) is not a string (tag \(n.tag))")
+        }
+        return n.content
+    }
+
     static func integer(_ b: Bytes, _ r: Range<Int>, _ what: @autoclosure () -> String) throws(VerificationError) -> Int64? {
+        if let c = shortValue(b, r, string: false), let v = StrictDER.int64(b, c) { return v }
         let n = try node(b, r, what())
         guard n.tag == .integer, !n.isConstructed, let v = StrictDER.int64(b, n.content) else {
             throw fail("\(what()) is not a 64-bit INTEGER")
@@ -228,11 +304,7 @@ public struct AppReceipt: Sendable, Hashable {
 
     /// An IA5String (or UTF8String) RFC 3339 date; empty = absent.
     static func date(_ b: Bytes, _ r: Range<Int>, _ what: @autoclosure () -> String) throws(VerificationError) -> Int64? {
-        let n = try node(b, r, what())
-        guard n.tag == .utf8String || n.tag == .ia5String || n.tag == .printableString, !n.isConstructed else {
-            throw fail("\(what()) is not a string (tag \(n.tag))")
-        }
-        let text = UnsafeBufferPointer(rebasing: b[n.content])
+        let text = UnsafeBufferPointer(rebasing: b[try stringContent(b, r, what())])
         if text.isEmpty { return nil }
         guard let ms = ReceiptDate.parse(text) else {
             throw fail("\(what()) is not an RFC 3339 date: \(String(decoding: text, as: UTF8.self))")

@@ -1,6 +1,7 @@
 import Crypto
 import SwiftASN1
 import X509
+import _CryptoExtras
 
 /// A verified legacy app receipt (PKCS#7).
 public struct VerifiedAppReceipt: Sendable, Hashable {
@@ -72,7 +73,7 @@ extension SignedDataVerifier {
 
         let chain = try receiptChain(signed, validationTime: validationTime)
         let key = try Self.signerKey(chain, at: validationTime)
-        try Self.checkReceiptSignature(signed, key: key)
+        try Self.checkReceiptSignature(signed, key: key, rsaKey: chain.leafRSAKey)
         // Revocation (opt-in), as for JWS chains: only once the signature verified.
         if let revocation { try revocation.check(chain) }
 
@@ -180,25 +181,69 @@ extension SignedDataVerifier {
         OID([1, 2, 840, 113549, 1, 1, 12]): sha384OID, OID([1, 2, 840, 113549, 1, 1, 13]): sha512OID,
     ]
 
-    static func digest(_ oid: OID, _ bytes: ArraySlice<UInt8>) -> [UInt8] {
-        switch oid {
-        case sha1OID: return Array(Insecure.SHA1.hash(data: bytes))
-        case sha256OID: return Array(SHA256.hash(data: bytes))
-        case sha384OID: return Array(SHA384.hash(data: bytes))
-        default: return Array(SHA512.hash(data: bytes))
+    /// The digests a SignerInfo may name.
+    enum ReceiptDigest {
+        case sha1, sha256, sha384, sha512
+
+        init?(_ oid: OID) {
+            switch oid {
+            case sha1OID: self = .sha1
+            case sha256OID: self = .sha256
+            case sha384OID: self = .sha384
+            case sha512OID: self = .sha512
+            default: return nil
+            }
+        }
+
+        var oid: OID {
+            switch self {
+            case .sha1: return sha1OID
+            case .sha256: return sha256OID
+            case .sha384: return sha384OID
+            case .sha512: return sha512OID
+            }
+        }
+
+        var signatureAlgorithm: Certificate.SignatureAlgorithm {
+            switch self {
+            case .sha1: return .sha1WithRSAEncryption
+            case .sha256: return .sha256WithRSAEncryption
+            case .sha384: return .sha384WithRSAEncryption
+            case .sha512: return .sha512WithRSAEncryption
+            }
+        }
+
+        func hash(_ bytes: ArraySlice<UInt8>) -> [UInt8] {
+            switch self {
+            case .sha1: return Array(Insecure.SHA1.hash(data: bytes))
+            case .sha256: return Array(SHA256.hash(data: bytes))
+            case .sha384: return Array(SHA384.hash(data: bytes))
+            case .sha512: return Array(SHA512.hash(data: bytes))
+            }
+        }
+
+        /// RSA PKCS#1 v1.5 with this digest over `bytes`: what swift-certificates' `isValidSignature` does for the
+        /// `sha*WithRSAEncryption` algorithms, called directly on the unwrapped key.
+        func verify(_ key: _RSA.Signing.PublicKey, _ signature: ArraySlice<UInt8>, over bytes: ArraySlice<UInt8>) -> Bool {
+            let sig = _RSA.Signing.RSASignature(rawRepresentation: signature)
+            return bytes.withUnsafeBytes { b in
+                switch self {
+                case .sha1: return key.isValidSignature(sig, for: Insecure.SHA1.hash(data: b), padding: .insecurePKCS1v1_5)
+                case .sha256: return key.isValidSignature(sig, for: SHA256.hash(data: b), padding: .insecurePKCS1v1_5)
+                case .sha384: return key.isValidSignature(sig, for: SHA384.hash(data: b), padding: .insecurePKCS1v1_5)
+                case .sha512: return key.isValidSignature(sig, for: SHA512.hash(data: b), padding: .insecurePKCS1v1_5)
+                }
+            }
         }
     }
 
-    static func checkReceiptSignature(_ signed: PKCS7SignedData, key: Certificate.PublicKey) throws(VerificationError) {
+    /// Checks the SignerInfo's RSA signature; `rsaKey` is `key` unwrapped when the caller has it (a cached chain).
+    static func checkReceiptSignature(
+        _ signed: PKCS7SignedData, key: Certificate.PublicKey, rsaKey: _RSA.Signing.PublicKey? = nil
+    ) throws(VerificationError) {
         let si = signed.signerInfo
         let digestOID = si.digestAlgorithm.oid
-        let algorithm: Certificate.SignatureAlgorithm
-        switch digestOID {
-        case sha1OID: algorithm = .sha1WithRSAEncryption
-        case sha256OID: algorithm = .sha256WithRSAEncryption
-        case sha384OID: algorithm = .sha384WithRSAEncryption
-        case sha512OID: algorithm = .sha512WithRSAEncryption
-        default:
+        guard let digest = ReceiptDigest(digestOID) else {
             throw VerificationError(.invalidSignature, "SignerInfo digest algorithm \(digestOID) is not SHA-1/256/384/512")
         }
         let sigOID = si.signatureAlgorithm.oid
@@ -220,7 +265,7 @@ extension SignedDataVerifier {
             else {
                 throw VerificationError(.invalidSignature, "signed attributes without exactly one message-digest value")
             }
-            let expected = [UInt8](ASN1OctetString(contentBytes: ArraySlice(digest(digestOID, signed.content))).derBytes)
+            let expected = [UInt8](ASN1OctetString(contentBytes: ArraySlice(digest.hash(signed.content))).derBytes)
             guard md.1[0].elementsEqual(expected) else {
                 throw VerificationError(.invalidSignature, "message-digest attribute does not match the receipt content")
             }
@@ -233,9 +278,17 @@ extension SignedDataVerifier {
         } else {
             signedBytes = signed.content
         }
-        guard key.isValidSignature(si.signature, for: signedBytes, signatureAlgorithm: algorithm) else {
+        let valid: Bool
+        if let rsa = rsaKey ?? _RSA.Signing.PublicKey(key) {
+            valid = digest.verify(rsa, si.signature, over: signedBytes)
+        } else {
+            // Not an RSA key: swift-certificates decides (it refuses an RSA signature algorithm with another key).
+            valid = key.isValidSignature(si.signature, for: signedBytes, signatureAlgorithm: digest.signatureAlgorithm)
+        }
+        guard valid else {
             throw VerificationError(
-                .invalidSignature, "RSA PKCS#1 v1.5 \(algorithm) signature does not verify with the signer certificate's key")
+                .invalidSignature,
+                "RSA PKCS#1 v1.5 \(digest.signatureAlgorithm) signature does not verify with the signer certificate's key")
         }
     }
 }
