@@ -58,6 +58,35 @@ public enum Base64 {
         _ src: UnsafeBufferPointer<UInt8>, table t: UnsafeBufferPointer<UInt8>, wide w: UnsafeBufferPointer<UInt32>,
         padded: Bool
     ) -> [UInt8]? {
+        var ok = true
+        // Two spare bytes: the 8-character loop stores 8 bytes, of which 6 are output.
+        let out = [UInt8](unsafeUninitializedCapacity: decodedCapacity(src.count)) { dst, initialized in
+            guard let d = dst.baseAddress, let n = decode(src, table: t, wide: w, padded: padded, into: d) else {
+                ok = false
+                initialized = 0
+                return
+            }
+            initialized = n
+        }
+        return ok ? out : nil
+    }
+
+    /// Room `decode(_:table:wide:padded:into:)` may write for `count` characters (the output and two spare bytes).
+    @inline(__always) static func decodedCapacity(_ count: Int) -> Int { count / 4 * 3 + 4 }
+
+    /// Decodes padded standard base64 into `dst` (which must have room for `decodedCapacity(src.count)` bytes, and
+    /// may be written two bytes past the output); returns the output's length, nil when the input is not valid.
+    static func decodeStandard(_ src: UnsafeBufferPointer<UInt8>, padded: Bool, into dst: UnsafeMutablePointer<UInt8>) -> Int? {
+        stdTable.withUnsafeBufferPointer { t in
+            stdWide.withUnsafeBufferPointer { w in decode(src, table: t, wide: w, padded: padded, into: dst) }
+        }
+    }
+
+    @inline(__always)
+    static func decode(
+        _ src: UnsafeBufferPointer<UInt8>, table t: UnsafeBufferPointer<UInt8>, wide w: UnsafeBufferPointer<UInt32>,
+        padded: Bool, into d: UnsafeMutablePointer<UInt8>
+    ) -> Int? {
         var n = src.count
         if padded {
             guard n % 4 == 0 else { return nil }
@@ -69,57 +98,47 @@ public enum Base64 {
         let rem = n % 4
         if rem == 1 { return nil }
         let full = n / 4
-        let outCount = full * 3 + (rem == 0 ? 0 : rem - 1)
-        var ok = true
-        // Two spare bytes: the 8-character loop stores 8 bytes, of which 6 are output.
-        let out = [UInt8](unsafeUninitializedCapacity: outCount + 2) { dst, initialized in
-            guard let s = src.baseAddress, let d = dst.baseAddress, let wp = w.baseAddress else {
-                initialized = 0
-                return
-            }
-            var bad: UInt8 = 0
-            var wideBad: UInt32 = 0
-            var o = 0
-            var k = 0
-            // Two 4-character groups per step: 6 bytes written with one 8-byte store.
-            for _ in 0..<(full / 2) {
-                let x = wp[Int(s[k])] | wp[256 + Int(s[k + 1])] | wp[512 + Int(s[k + 2])] | wp[768 + Int(s[k + 3])]
-                let y = wp[Int(s[k + 4])] | wp[256 + Int(s[k + 5])] | wp[512 + Int(s[k + 6])] | wp[768 + Int(s[k + 7])]
-                wideBad |= x | y
-                let v = UInt64(x) << 40 | UInt64(y & 0x00FF_FFFF) << 16
-                UnsafeMutableRawPointer(d + o).storeBytes(of: v.bigEndian, as: UInt64.self)
-                o += 6
-                k += 8
-            }
-            if full & 1 != 0 {
-                let x = wp[Int(s[k])] | wp[256 + Int(s[k + 1])] | wp[512 + Int(s[k + 2])] | wp[768 + Int(s[k + 3])]
-                wideBad |= x
-                d[o] = UInt8(truncatingIfNeeded: x >> 16)
-                d[o + 1] = UInt8(truncatingIfNeeded: x >> 8)
-                d[o + 2] = UInt8(truncatingIfNeeded: x)
-                o += 3
-                k += 4
-            }
-            if wideBad & 0xFF00_0000 != 0 { bad |= 0x80 }
-            if rem == 2 {
-                let a = t[Int(s[k])], b = t[Int(s[k + 1])]
-                bad |= a | b
-                if b & 0x0F != 0 { bad |= 0x80 }
-                d[o] = a << 2 | b >> 4
-                o += 1
-            } else if rem == 3 {
-                let a = t[Int(s[k])], b = t[Int(s[k + 1])], c = t[Int(s[k + 2])]
-                bad |= a | b | c
-                if c & 0x03 != 0 { bad |= 0x80 }
-                d[o] = a << 2 | b >> 4
-                d[o + 1] = b << 4 | c >> 2
-                o += 2
-            }
-            // Any invalid character maps to 0xFF, which sets bits above the 6 valid ones.
-            if bad & 0xC0 != 0 { ok = false }
-            initialized = o
+        guard let s = src.baseAddress, let wp = w.baseAddress else { return 0 }
+        var bad: UInt8 = 0
+        var wideBad: UInt32 = 0
+        var o = 0
+        var k = 0
+        // Two 4-character groups per step: 6 bytes written with one 8-byte store.
+        for _ in 0..<(full / 2) {
+            let x = wp[Int(s[k])] | wp[256 + Int(s[k + 1])] | wp[512 + Int(s[k + 2])] | wp[768 + Int(s[k + 3])]
+            let y = wp[Int(s[k + 4])] | wp[256 + Int(s[k + 5])] | wp[512 + Int(s[k + 6])] | wp[768 + Int(s[k + 7])]
+            wideBad |= x | y
+            let v = UInt64(x) << 40 | UInt64(y & 0x00FF_FFFF) << 16
+            UnsafeMutableRawPointer(d + o).storeBytes(of: v.bigEndian, as: UInt64.self)
+            o += 6
+            k += 8
         }
-        return ok ? out : nil
+        if full & 1 != 0 {
+            let x = wp[Int(s[k])] | wp[256 + Int(s[k + 1])] | wp[512 + Int(s[k + 2])] | wp[768 + Int(s[k + 3])]
+            wideBad |= x
+            d[o] = UInt8(truncatingIfNeeded: x >> 16)
+            d[o + 1] = UInt8(truncatingIfNeeded: x >> 8)
+            d[o + 2] = UInt8(truncatingIfNeeded: x)
+            o += 3
+            k += 4
+        }
+        if wideBad & 0xFF00_0000 != 0 { bad |= 0x80 }
+        if rem == 2 {
+            let a = t[Int(s[k])], b = t[Int(s[k + 1])]
+            bad |= a | b
+            if b & 0x0F != 0 { bad |= 0x80 }
+            d[o] = a << 2 | b >> 4
+            o += 1
+        } else if rem == 3 {
+            let a = t[Int(s[k])], b = t[Int(s[k + 1])], c = t[Int(s[k + 2])]
+            bad |= a | b | c
+            if c & 0x03 != 0 { bad |= 0x80 }
+            d[o] = a << 2 | b >> 4
+            d[o + 1] = b << 4 | c >> 2
+            o += 2
+        }
+        // Any invalid character maps to 0xFF, which sets bits above the 6 valid ones.
+        return bad & 0xC0 != 0 ? nil : o
     }
 
     static let stdAlphabet: [UInt8] = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)

@@ -146,7 +146,8 @@ extension UInt64 {
 ///
 /// Keys are exact bytes: the verifier uses the exact JWS header segment (which fixes `alg` and every x5c entry) and
 /// the exact `x5c[0]` + `x5c[1]` strings, and for legacy receipts the SignerInfo's sid plus the exact DER of the
-/// SignedData's certificate set (RSA leaf keys are kept as `leafCertificateKey`); an entry also records which configured root anchored it, and a hit is only
+/// SignedData's certificate set (RSA leaf keys are kept as `leafCertificateKey`), or the sid plus the exact base64
+/// characters of that set (the receipt fast path, `ReceiptFastPath.swift`); an entry also records which configured root anchored it, and a hit is only
 /// used when that root is trusted by the verifier's policy. A hit never replaces the per-message checks: the
 /// message's validation time is checked against the entry's window and its signature against the entry's key.
 /// The lock is held only for a hash-table probe and a counter update.

@@ -54,11 +54,12 @@ extension SignedDataVerifier {
             }
             throw VerificationError(.malformedJWS, "JSON body has neither signedPayload nor receipt-data")
         }
-        // The usual app receipt: one base64 line, decoded in one pass (the scan below only runs when that fails).
+        // The usual app receipt: one base64 line (the fast path, else decoded in one pass; the scan below only runs when
+        // it does not decode).
         if expected == nil, buf.count >= 16, buf[0] == UInt8(ascii: "M"), buf[1] == UInt8(ascii: "I"),
-            buf.count <= policy.maxReceiptBytes, let der = Base64.decodeStandard(buf)
+            buf.count <= policy.maxReceiptBytes, let receipt = try verifyAppReceiptLine(buf)
         {
-            return .appReceipt(try verifyAppReceipt(der: der))
+            return .appReceipt(receipt)
         }
         if Self.looksLikeLegacyReceipt(buf) {
             try Self.requireReceiptExpected(expected)

@@ -88,8 +88,17 @@ public struct PKCS7SignedData: Sendable {
 
     /// Parses DER bytes of a ContentInfo holding a SignedData.
     public init(der: [UInt8]) throws(VerificationError) {
+        try self.init(der: der, skippingCertificates: false)
+    }
+
+    /// With `skippingCertificates`, the certificate set's elements are not read (`certificates` is empty and the
+    /// set's bytes need not be there): the receipt fast path, for a set whose exact bytes are known to have been
+    /// walked and validated before (a chain-cache hit).
+    init(der: [UInt8], skippingCertificates: Bool) throws(VerificationError) {
         self.der = der
-        let parsed = try der.withUnsafeBufferPointer { (b) throws(VerificationError) in try Self.walk(b) }
+        let parsed = try der.withUnsafeBufferPointer { (b) throws(VerificationError) in
+            try Self.walk(b, skippingCertificates: skippingCertificates)
+        }
         version = parsed.version
         digestAlgorithms = parsed.digestAlgorithms.map { Self.algorithm(der, $0) }
         content = der[parsed.content]
@@ -172,7 +181,7 @@ public struct PKCS7SignedData: Sendable {
         }
     }
 
-    static func walk(_ b: Bytes) throws(VerificationError) -> Ranges {
+    static func walk(_ b: Bytes, skippingCertificates: Bool = false) throws(VerificationError) -> Ranges {
         let root: Element
         do { root = try StrictDER.root(b) } catch { throw fail(error, "receipt") }
         // ContentInfo ::= SEQUENCE { contentType OID, content [0] EXPLICIT ANY }
@@ -219,7 +228,7 @@ public struct PKCS7SignedData: Sendable {
         if let n = next, n.tag == .context0 {
             guard n.isConstructed else { throw fail("certificates [0] is not constructed") }
             var certs = StrictDER.children(n, in: b)
-            while true {
+            while !skippingCertificates {
                 let c: Element?
                 do { c = try certs.next() } catch { throw fail(error, "the certificate set") }
                 guard let c else { break }

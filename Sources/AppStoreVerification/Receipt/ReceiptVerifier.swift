@@ -29,8 +29,8 @@ extension SignedDataVerifier {
             throw VerificationError(
                 .payloadTooLarge, "receipt is \(input.count) bytes; the limit is \(policy.maxReceiptBytes) bytes")
         }
-        // One pass in the usual case (one line, no whitespace); whitespace is removed only when decoding fails.
-        if let der = Base64.decodeStandard(input) { return try verifyAppReceipt(der: der) }
+        // The usual case (one line, no whitespace) first; whitespace is removed only when decoding fails.
+        if let r = try verifyAppReceiptLine(input) { return r }
         var compact: [UInt8] = []
         compact.reserveCapacity(input.count)
         for c in input where !Self.isSpace(c) { compact.append(c) }
@@ -46,11 +46,25 @@ extension SignedDataVerifier {
 
     /// Verifies the DER bytes of an app receipt.
     public func verifyAppReceipt(der: [UInt8]) throws(VerificationError) -> VerifiedAppReceipt {
+        try verifyAppReceipt(der: der, spanKeyInput: nil)
+    }
+
+    /// `spanKeyInput`: the one-line base64 `der` was decoded from, when the fast path missed the chain cache; the
+    /// chain is then also cached under the fast path's key (`receiptSpanKey`).
+    func verifyAppReceipt(der: [UInt8], spanKeyInput: UnsafeBufferPointer<UInt8>?) throws(VerificationError) -> VerifiedAppReceipt {
         if der.count > policy.maxReceiptBytes {
             throw VerificationError(
                 .payloadTooLarge, "receipt is \(der.count) bytes; the limit is \(policy.maxReceiptBytes) bytes")
         }
         let signed = try PKCS7SignedData(der: der)
+        return try verifyAppReceipt(signed, cachedChain: nil, spanKeyInput: spanKeyInput)
+    }
+
+    /// The checks after the PKCS#7 walk; `cachedChain` is the fast path's chain-cache hit (its `signed` was walked
+    /// without the certificate set, whose exact bytes were walked and validated when that entry was made).
+    func verifyAppReceipt(
+        _ signed: PKCS7SignedData, cachedChain: VerifiedChain?, spanKeyInput: UnsafeBufferPointer<UInt8>?
+    ) throws(VerificationError) -> VerifiedAppReceipt {
         let receipt = try AppReceipt(content: signed.content)
 
         // Validation time, read before the signature and bound by it afterwards.
@@ -61,7 +75,7 @@ extension SignedDataVerifier {
         }
         let env = receipt.environment
         if env.isUnsigned {
-            try signed.validateCertificates()
+            try signed.validateCertificates()  // Nothing to check on a fast-path hit (see above).
             if !policy.allowUnsignedEnvironments {
                 throw VerificationError(
                     .unsignedEnvironmentRefused,
@@ -71,7 +85,10 @@ extension SignedDataVerifier {
             return VerifiedAppReceipt(payload: receipt)
         }
 
-        let chain = try receiptChain(signed, validationTime: validationTime)
+        let chain: VerifiedChain
+        if let cachedChain { chain = cachedChain } else {
+            chain = try receiptChain(signed, validationTime: validationTime, spanKeyInput: spanKeyInput)
+        }
         let key = try Self.signerKey(chain, at: validationTime)
         try Self.checkReceiptSignature(signed, key: key, rsaKey: chain.leafRSAKey)
         // Revocation (opt-in), as for JWS chains: only once the signature verified.
@@ -103,7 +120,9 @@ extension SignedDataVerifier {
 
     /// The signer's verified chain, from the cache when this exact sid + certificate set was verified before (looked
     /// up by those bytes, before any certificate is parsed).
-    func receiptChain(_ signed: PKCS7SignedData, validationTime: Int64) throws(VerificationError) -> VerifiedChain {
+    func receiptChain(
+        _ signed: PKCS7SignedData, validationTime: Int64, spanKeyInput: UnsafeBufferPointer<UInt8>? = nil
+    ) throws(VerificationError) -> VerifiedChain {
         let si = signed.signerInfo
         let sid = si.serialNumber ?? si.subjectKeyIdentifier ?? []
         let issuer = si.issuerDER ?? []
@@ -117,7 +136,10 @@ extension SignedDataVerifier {
         keyBytes.append(contentsOf: sid)
         keyBytes.append(contentsOf: signed.certificateSetDER)
         let key = ChainCacheKey(bytes: keyBytes)
+        // The fast path's key for the same chain, when it missed (built from the same certificate set's range).
+        let spanKey = spanKeyInput.flatMap { Self.receiptSpanKey($0, signed.certificateSetDER.indices, si) }
         if let cache = chainCache, let c = cache.lookup(key), isTrusted(c.rootFingerprint) {
+            if let spanKey { cache.insert(spanKey, c) }
             return c
         }
         try signed.validateCertificates()
@@ -138,6 +160,7 @@ extension SignedDataVerifier {
             leafCertificateKey: r.leafKey, notBeforeMillis: r.notBeforeMillis, notAfterMillis: r.notAfterMillis,
             rootFingerprint: r.anchor.fingerprint, certificates: r.certificates)
         chainCache?.insert(key, chain)
+        if let spanKey { chainCache?.insert(spanKey, chain) }
         return chain
     }
 
