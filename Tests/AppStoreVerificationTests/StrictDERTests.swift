@@ -206,4 +206,26 @@ import Testing
         #expect(ReceiptDate.parse("2015-08-13T07:50:46Z") == 1_439_452_246_000)
         #expect(ReceiptDate.parse("2020-07-22T18:33:15+0100") == 1_595_439_195_000)
     }
+
+    /// Random civil times agree with Foundation's ISO 8601 parser; any non-digit in a digit position, and any
+    /// out-of-range field, is refused.
+    @Test func datesAgreeWithFoundationAndRefuseNonDigits() {
+        let iso = ISO8601DateFormatter()
+        var rng = SplitMix(seed: 77)
+        func two(_ v: UInt64) -> String { v < 10 ? "0\(v)" : "\(v)" }
+        for _ in 0..<2_000 {
+            let s = "\(1970 + rng.next() % 130)-\(two(1 + rng.next() % 12))-\(two(1 + rng.next() % 28))T"
+                + "\(two(rng.next() % 24)):\(two(rng.next() % 60)):\(two(rng.next() % 60))Z"
+            guard let date = iso.date(from: s) else { Issue.record("Foundation refused \(s)"); continue }
+            #expect(ReceiptDate.parse(s) == Int64((date.timeIntervalSince1970 * 1000).rounded()), "\(s)")
+            var bytes = Array(s.utf8)
+            let at = [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18][Int(rng.next() % 14)]
+            bytes[at] = [UInt8(ascii: "/"), UInt8(ascii: ":"), UInt8(ascii: "a"), 0x00, 0xFF, UInt8(ascii: " ")][Int(rng.next() % 6)]
+            #expect(bytes.withUnsafeBufferPointer { ReceiptDate.parse($0) } == nil, "\(bytes)")
+        }
+        for bad in ["2015-13-13T07:50:46Z", "2015-00-13T07:50:46Z", "2015-08-32T07:50:46Z", "2015-08-00T07:50:46Z",
+                    "2015-08-13T24:50:46Z", "2015-08-13T07:60:46Z", "2015-08-13T07:50:61Z"] {
+            #expect(ReceiptDate.parse(bad) == nil, "\(bad)")
+        }
+    }
 }

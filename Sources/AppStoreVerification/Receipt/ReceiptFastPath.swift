@@ -110,7 +110,11 @@ extension SignedDataVerifier {
         guard let p = certStart, p + 6 <= total else { return nil }
         let prefixChars = (p + 6 + 2) / 3 * 4
         guard prefixChars <= n - 4 else { return nil }
-        var der = [UInt8](repeating: 0, count: total + 4)
+        // Zeroed in one memset (the middle, the certificate set, stays zero).
+        var der = [UInt8](unsafeUninitializedCapacity: total + 4) { b, count in
+            b.initialize(repeating: 0)
+            count = b.count
+        }
         let ok: Bool = der.withUnsafeMutableBufferPointer { d in
             let base = d.baseAddress!
             guard

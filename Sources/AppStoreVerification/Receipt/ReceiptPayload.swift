@@ -121,6 +121,7 @@ public struct AppReceipt: Sendable, Hashable {
                 case 19: receipt.originalApplicationVersion = try Self.string(b, v, "field 19 (original application version)")
                 case 21: receipt.receiptExpirationDate = try Self.date(b, v, "field 21 (receipt expiration date)")
                 case 17:
+                    if receipt.inApp.isEmpty { receipt.inApp.reserveCapacity(8) }
                     if receipt.inApp.count >= Self.maxInAppEntries {
                         throw Self.fail("more than \(Self.maxInAppEntries) in-app entries")
                     }
@@ -331,10 +332,20 @@ enum ReceiptDate {
             }
             return v
         }
-        guard b.count >= 20, b[4] == 45, b[7] == 45, b[10] == 84 || b[10] == 116, b[13] == 58, b[16] == 58,
-            let y = num(0, 4), let mo = num(5, 2), let d = num(8, 2), let h = num(11, 2), let mi = num(14, 2),
-            let se = num(17, 2), (1...12).contains(mo), (1...31).contains(d), h < 24, mi < 60, se < 61
-        else { return nil }
+        guard b.count >= 20, b[4] == 45, b[7] == 45, b[10] == 84 || b[10] == 116, b[13] == 58, b[16] == 58 else {
+            return nil
+        }
+        // The 14 fixed digits at once: each byte minus '0' must be 0...9 (a wrapped difference is > 9 too).
+        var bad: UInt8 = 0
+        @inline(__always) func digit(_ k: Int) -> Int {
+            let v = b[k] &- 48
+            bad |= v > 9 ? 1 : 0
+            return Int(v)
+        }
+        let y = digit(0) * 1000 + digit(1) * 100 + digit(2) * 10 + digit(3)
+        let mo = digit(5) * 10 + digit(6), d = digit(8) * 10 + digit(9)
+        let h = digit(11) * 10 + digit(12), mi = digit(14) * 10 + digit(15), se = digit(17) * 10 + digit(18)
+        guard bad == 0, mo >= 1, mo <= 12, d >= 1, d <= 31, h < 24, mi < 60, se < 61 else { return nil }
         var i = 19
         var millis = 0
         if i < b.count && b[i] == 46 {
