@@ -253,12 +253,15 @@ public struct PKCS7SignedData: Sendable {
         if try signers.next() != nil { throw fail("the SignedData has more than one SignerInfo; a receipt has exactly one") }
         return Ranges(
             version: version, digestAlgorithms: digestAlgorithms, content: content, certificates: certificates,
-            certificateSet: certificateSet, signer: try signer(b, signerNode))
+            certificateSet: certificateSet, signer: try signer(b, signerNode, validatingIssuer: !skippingCertificates))
     }
 
     // MARK: - SignerInfo
 
-    static func signer(_ b: Bytes, _ node: Element) throws(VerificationError) -> SignerRanges {
+    /// `validatingIssuer: false` (the receipt fast path only): the sid's issuer Name is not validated inside, because
+    /// its exact bytes are part of the fast path's cache key, a hit means the full path validated those very bytes,
+    /// and a miss goes through the full path.
+    static func signer(_ b: Bytes, _ node: Element, validatingIssuer: Bool = true) throws(VerificationError) -> SignerRanges {
         // SignerInfo ::= SEQUENCE { version, sid, digestAlgorithm, [0] signedAttrs OPTIONAL, signatureAlgorithm,
         //                           signature OCTET STRING, [1] unsignedAttrs OPTIONAL }
         var s = try children(b, node, .sequence, "SignerInfo")
@@ -272,7 +275,7 @@ public struct PKCS7SignedData: Sendable {
             guard let name = try ias.next(), name.tag == .sequence else {
                 throw fail("SignerInfo.sid issuer is not a Name")
             }
-            try validate(b, name, "SignerInfo.sid issuer")
+            if validatingIssuer { try validate(b, name, "SignerInfo.sid issuer") }
             issuer = name.encoded
             serial = try primitive(ias.next(), .integer, "SignerInfo.sid serialNumber")
             try ias.end()

@@ -1,4 +1,5 @@
 import Crypto
+import Foundation
 import SwiftASN1
 import X509
 import _CryptoExtras
@@ -248,7 +249,9 @@ extension SignedDataVerifier {
         /// RSA PKCS#1 v1.5 with this digest over `bytes`: what swift-certificates' `isValidSignature` does for the
         /// `sha*WithRSAEncryption` algorithms, called directly on the unwrapped key.
         func verify(_ key: _RSA.Signing.PublicKey, _ signature: ArraySlice<UInt8>, over bytes: ArraySlice<UInt8>) -> Bool {
-            let sig = _RSA.Signing.RSASignature(rawRepresentation: signature)
+            // From a Data made of the bytes directly (the generic ArraySlice path casts dynamically per call).
+            let sig = _RSA.Signing.RSASignature(
+                rawRepresentation: signature.withUnsafeBytes { p in p.isEmpty ? Data() : Data(bytes: p.baseAddress!, count: p.count) })
             return bytes.withUnsafeBytes { b in
                 switch self {
                 case .sha1: return key.isValidSignature(sig, for: Insecure.SHA1.hash(data: b), padding: .insecurePKCS1v1_5)
