@@ -82,6 +82,19 @@ public struct KafkaConfiguration: Sendable {
     }
 
     /// librdkafka properties whose values are secrets (passwords, keys, tokens): never printed.
+    /// Bounded consumer fetch settings for the fleet's long-running consumers (worker, sink) where an operator's
+    /// `--kafka-property` does not set them. librdkafka 2.0.2's defaults pre-fetch up to 64 MB per consumer; with 20 MB
+    /// filled 128 KB per partition at a time the local queue stays under its bound (over it, librdkafka stops
+    /// fetching a partition for a hard-coded ~1 s, which starved the worker) and the process's memory stays bounded.
+    public static let boundedFetchDefaults = [
+        "queued.max.messages.kbytes": "20480", "max.partition.fetch.bytes": "131072", "fetch.max.bytes": "8388608",
+    ]
+
+    /// `properties` with `boundedFetchDefaults` added where absent.
+    public static func withBoundedFetch(_ properties: [String: String]) -> [String: String] {
+        properties.merging(boundedFetchDefaults) { own, _ in own }
+    }
+
     public static func isSecret(_ key: String) -> Bool {
         let k = key.lowercased()
         return ["password", "secret", "jaas", "token", ".key.pem", "ssl.key", "oauthbearer.config"].contains { k.contains($0) }

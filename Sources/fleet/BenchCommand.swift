@@ -1,6 +1,7 @@
 import AppStoreVerification
 import ArgumentParser
 import FleetBenchmarks
+import FleetDevStack
 
 /// `fleet bench ...`: the benchmarks of `FleetBenchmarks`; these commands only parse their flags.
 struct Bench: AsyncParsableCommand {
@@ -128,6 +129,7 @@ struct BenchSinkCommand: AsyncParsableCommand {
         bench.batchSize = batchSize
         bench.writers = writers
         bench.partitions = partitions
+        bench.executable = currentExecutable()
         try await bench.run()
     }
 }

@@ -117,7 +117,8 @@ struct Sink: AsyncParsableCommand {
         var kafka: KafkaConfiguration
         let ops: OperationsServer
         do {
-            kafka = KafkaConfiguration(bootstrapServers: servers, clientId: "fleet-sink", properties: properties,
+            kafka = KafkaConfiguration(bootstrapServers: servers, clientId: "fleet-sink",
+                                       properties: KafkaConfiguration.withBoundedFetch(properties),
                                        offsetResetPolicy: try offsetResetPolicy(s, service))
             kafka.stallTimeoutSeconds = try stallTimeoutSeconds(s, service)
             ops = try operationsServer(s, service, port: port, readiness: readiness, logger: logger)

@@ -128,7 +128,7 @@ struct Worker: AsyncParsableCommand {
         // 10-20 KB input; the producer's 100,000 default could hold far more than the whole worker's budget), beyond
         // which emission waits. Measured with `fleet bench worker`; each can be overridden through kafka properties.
         var properties = try s.kafkaProperties(flag: service.kafkaProperties)
-        for (key, value) in Self.fetchDefaults where properties[key] == nil { properties[key] = value }
+        properties = KafkaConfiguration.withBoundedFetch(properties)
         var kafka = KafkaConfiguration(
             bootstrapServers: bootstrap, clientId: "fleet-worker", properties: properties, maxInFlightMessages: 10_000,
             offsetResetPolicy: try offsetResetPolicy(s, service), maxBufferedMessages: 2_000)
@@ -145,10 +145,6 @@ struct Worker: AsyncParsableCommand {
             revocation: try verification.revocation.checker(
                 lookup: { s.string($0, flag: $1) }, logger: Logger(label: "fleet.worker.revocation")))
     }
-
-    static let fetchDefaults = [
-        "queued.max.messages.kbytes": "20480", "max.partition.fetch.bytes": "131072", "fetch.max.bytes": "8388608",
-    ]
 }
 
 /// `--offset-reset-policy` / `offset-reset-policy` / `FLEET_OFFSET_RESET_POLICY` (default fail).
