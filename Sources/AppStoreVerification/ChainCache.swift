@@ -1,7 +1,6 @@
 import Crypto
 import Synchronization
 import X509
-import _CryptoExtras
 
 #if canImport(Glibc)
     import Glibc
@@ -18,9 +17,6 @@ public struct VerifiedChain: Sendable {
     public let leafKey: P256.Signing.PublicKey?
     /// The leaf's key as swift-certificates holds it (set for chains verified by `AppleChainVerifier`).
     public let leafCertificateKey: Certificate.PublicKey?
-    /// The same key unwrapped when it is RSA (receipt signers): verified directly, without swift-certificates'
-    /// generic signature-algorithm dispatch on every message.
-    public let leafRSAKey: _RSA.Signing.PublicKey?
     /// Intersection of the leaf, intermediate and anchoring root validity windows, in ms since the epoch (inclusive).
     public let notBeforeMillis: Int64
     public let notAfterMillis: Int64
@@ -37,7 +33,6 @@ public struct VerifiedChain: Sendable {
     ) {
         self.leafKey = leafKey
         self.leafCertificateKey = nil
-        self.leafRSAKey = nil
         self.notBeforeMillis = notBeforeMillis
         self.notAfterMillis = notAfterMillis
         self.rootFingerprint = rootFingerprint
@@ -51,7 +46,6 @@ public struct VerifiedChain: Sendable {
     ) {
         self.leafKey = P256.Signing.PublicKey(leafCertificateKey)
         self.leafCertificateKey = leafCertificateKey
-        self.leafRSAKey = _RSA.Signing.PublicKey(leafCertificateKey)
         self.notBeforeMillis = notBeforeMillis
         self.notAfterMillis = notAfterMillis
         self.rootFingerprint = rootFingerprint

@@ -53,16 +53,8 @@ extension SignedDataVerifier {
         let lo = set.lowerBound / 3 * 4
         let hi = (set.upperBound + 2) / 3 * 4
         guard !set.isEmpty, hi <= input.count else { return nil }
-        let sid = si.serialNumber ?? si.subjectKeyIdentifier ?? []
-        let issuer = si.issuerDER ?? []
-        var keyBytes: [UInt8] = []
-        keyBytes.reserveCapacity(14 + issuer.count + sid.count + hi - lo)
-        keyBytes.append(receiptSpanTag)
-        // Length-prefixed parts; the span's length follows from the alignment and the set's length.
-        withUnsafeBytes(of: UInt32(issuer.count).bigEndian) { keyBytes.append(contentsOf: $0) }
-        keyBytes.append(contentsOf: issuer)
-        withUnsafeBytes(of: UInt32(sid.count).bigEndian) { keyBytes.append(contentsOf: $0) }
-        keyBytes.append(contentsOf: sid)
+        // The span's length follows from the alignment and the set's length.
+        var keyBytes = receiptKeyPrefix(receiptSpanTag, si, reserving: 5 + hi - lo)
         keyBytes.append(UInt8(set.lowerBound % 3))
         withUnsafeBytes(of: UInt32(set.count).bigEndian) { keyBytes.append(contentsOf: $0) }
         keyBytes.append(contentsOf: UnsafeBufferPointer(rebasing: input[lo..<hi]))

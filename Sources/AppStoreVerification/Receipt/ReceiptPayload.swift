@@ -248,8 +248,8 @@ public struct AppReceipt: Sendable, Hashable {
         return (type, i..<end)
     }
 
-    /// The content of the value `r` when it is one primitive element with tag octet `tag`, or a string tag when
-    /// `tag` is nil, and a short-form length (the usual value); nil otherwise (the caller walks it strictly).
+    /// The content of the value `r` when it is one primitive element (a UTF8String / IA5String / PrintableString when
+    /// `string`, else an INTEGER) with a short-form length, the usual value; nil otherwise (the caller walks it strictly).
     @inline(__always)
     static func shortValue(_ b: Bytes, _ r: Range<Int>, string: Bool) -> Range<Int>? {
         let i = r.lowerBound

@@ -91,7 +91,7 @@ extension SignedDataVerifier {
             chain = try receiptChain(signed, validationTime: validationTime, spanKeyInput: spanKeyInput)
         }
         let key = try Self.signerKey(chain, at: validationTime)
-        try Self.checkReceiptSignature(signed, key: key, rsaKey: chain.leafRSAKey)
+        try Self.checkReceiptSignature(signed, key: key)
         // Revocation (opt-in), as for JWS chains: only once the signature verified.
         if let revocation { try revocation.check(chain) }
 
@@ -125,16 +125,7 @@ extension SignedDataVerifier {
         _ signed: PKCS7SignedData, validationTime: Int64, spanKeyInput: UnsafeBufferPointer<UInt8>? = nil
     ) throws(VerificationError) -> VerifiedChain {
         let si = signed.signerInfo
-        let sid = si.serialNumber ?? si.subjectKeyIdentifier ?? []
-        let issuer = si.issuerDER ?? []
-        var keyBytes: [UInt8] = []
-        keyBytes.reserveCapacity(9 + issuer.count + sid.count + signed.certificateSetDER.count)
-        keyBytes.append(Self.receiptTag)
-        // Length-prefixed parts, so that no two (issuer, sid, set) triples give the same key.
-        withUnsafeBytes(of: UInt32(issuer.count).bigEndian) { keyBytes.append(contentsOf: $0) }
-        keyBytes.append(contentsOf: issuer)
-        withUnsafeBytes(of: UInt32(sid.count).bigEndian) { keyBytes.append(contentsOf: $0) }
-        keyBytes.append(contentsOf: sid)
+        var keyBytes = Self.receiptKeyPrefix(Self.receiptTag, si, reserving: signed.certificateSetDER.count)
         keyBytes.append(contentsOf: signed.certificateSetDER)
         let key = ChainCacheKey(bytes: keyBytes)
         // The fast path's key for the same chain, when it missed (built from the same certificate set's range).
@@ -163,6 +154,21 @@ extension SignedDataVerifier {
         chainCache?.insert(key, chain)
         if let spanKey { chainCache?.insert(spanKey, chain) }
         return chain
+    }
+
+    /// The start of a receipt's chain-cache key: `tag`, then the signer's issuer and sid, each length-prefixed so that
+    /// no two (issuer, sid, rest) triples give the same key; room is reserved for `extra` more bytes.
+    static func receiptKeyPrefix(_ tag: UInt8, _ si: PKCS7SignedData.SignerInfo, reserving extra: Int) -> [UInt8] {
+        let sid = si.serialNumber ?? si.subjectKeyIdentifier ?? []
+        let issuer = si.issuerDER ?? []
+        var keyBytes: [UInt8] = []
+        keyBytes.reserveCapacity(9 + issuer.count + sid.count + extra)
+        keyBytes.append(tag)
+        withUnsafeBytes(of: UInt32(issuer.count).bigEndian) { keyBytes.append(contentsOf: $0) }
+        keyBytes.append(contentsOf: issuer)
+        withUnsafeBytes(of: UInt32(sid.count).bigEndian) { keyBytes.append(contentsOf: $0) }
+        keyBytes.append(contentsOf: sid)
+        return keyBytes
     }
 
     /// The signer's key of a (possibly cached) chain, once the chain's window holds the validation time.
@@ -219,15 +225,6 @@ extension SignedDataVerifier {
             }
         }
 
-        var oid: OID {
-            switch self {
-            case .sha1: return sha1OID
-            case .sha256: return sha256OID
-            case .sha384: return sha384OID
-            case .sha512: return sha512OID
-            }
-        }
-
         var signatureAlgorithm: Certificate.SignatureAlgorithm {
             switch self {
             case .sha1: return .sha1WithRSAEncryption
@@ -263,10 +260,8 @@ extension SignedDataVerifier {
         }
     }
 
-    /// Checks the SignerInfo's RSA signature; `rsaKey` is `key` unwrapped when the caller has it (a cached chain).
-    static func checkReceiptSignature(
-        _ signed: PKCS7SignedData, key: Certificate.PublicKey, rsaKey: _RSA.Signing.PublicKey? = nil
-    ) throws(VerificationError) {
+    /// Checks the SignerInfo's RSA signature with the signer's key (unwrapped: swift-crypto is called directly).
+    static func checkReceiptSignature(_ signed: PKCS7SignedData, key: Certificate.PublicKey) throws(VerificationError) {
         let si = signed.signerInfo
         let digestOID = si.digestAlgorithm.oid
         guard let digest = ReceiptDigest(digestOID) else {
@@ -304,14 +299,10 @@ extension SignedDataVerifier {
         } else {
             signedBytes = signed.content
         }
-        let valid: Bool
-        if let rsa = rsaKey ?? _RSA.Signing.PublicKey(key) {
-            valid = digest.verify(rsa, si.signature, over: signedBytes)
-        } else {
-            // Not an RSA key: swift-certificates decides (it refuses an RSA signature algorithm with another key).
-            valid = key.isValidSignature(si.signature, for: signedBytes, signatureAlgorithm: digest.signatureAlgorithm)
+        guard let rsa = _RSA.Signing.PublicKey(key) else {
+            throw VerificationError(.invalidSignature, "the signer certificate's key is not RSA; receipts are signed with RSA")
         }
-        guard valid else {
+        guard digest.verify(rsa, si.signature, over: signedBytes) else {
             throw VerificationError(
                 .invalidSignature,
                 "RSA PKCS#1 v1.5 \(digest.signatureAlgorithm) signature does not verify with the signer certificate's key")
