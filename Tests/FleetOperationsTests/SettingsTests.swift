@@ -66,12 +66,13 @@ struct OperationsServerTests {
     @Test func servesMetricsHealthAndReadiness() async throws {
         FleetMetrics.bootstrap()
         let readiness = Readiness()
-        let port = Int.random(in: 20000..<40000)
+        // A port the OS just gave out (a random one once landed on another test's listener and never answered).
+        let port = Loopback.freePort()
         let server = OperationsServer(host: "127.0.0.1", port: port, readiness: readiness, logger: Logger(label: "test"))
         let task = Task { try await server.run() }
         defer { task.cancel() }
         func get(_ path: String) async -> (Int, String)? {
-            for _ in 0..<50 {
+            for _ in 0..<200 {  // up to ~20 s: a loaded 2-core CI machine starts the server slowly
                 if let r = try? await httpGet(port: port, path: path) { return r }
                 try? await Task.sleep(for: .milliseconds(100))
             }
