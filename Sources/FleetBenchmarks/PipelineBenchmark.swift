@@ -21,6 +21,10 @@ public struct PipelineBenchmark: Sendable {
         public var burst_notifications: Int
         public var latency_rate_per_s: Int
         public var latency_samples: Int
+        /// Where the latency goes, p50/p99 of each stage of the sampled notifications (wall clock, ms):
+        /// published -> verified by a worker (`received_at`), verified -> the sink's transaction began (`applied_at`),
+        /// that transaction began -> its row seen by the 10 ms poller (batch write, commit, poll interval).
+        public var stages_ms: [String: Double] = [:]
         /// The issue's targets, filled in by `fleet bench pipeline` (>= 4,000/s; p99 < 300 ms at 2,000/s).
         public var checks: [String: Bool] = [:]
     }
@@ -81,7 +85,7 @@ public struct PipelineBenchmark: Sendable {
                 let due = start + .milliseconds(Int(Double(i) * interval * 1000))
                 if due > .now { try await Task.sleep(until: due, clock: .continuous) }
                 try await gate.admit(published: burstInputs.count + i)
-                if i % 10 == 0 { probes.published(n.uuid, at: .now) }
+                if i % 10 == 0 { probes.published(n.uuid, at: .now, wall: Date()) }
                 try producer.enqueue(OutgoingMessage(topic: FleetTopics.raw, key: Array(n.key.utf8), value: n.value)) { _ in }
             }
             try await waitForRows(db, table: "notifications", atLeast: burstInputs.count + steady.count, timeout: .seconds(120))
@@ -89,12 +93,17 @@ public struct PipelineBenchmark: Sendable {
             poller.cancel()
             let latencies = probes.latencies().sorted()
             guard !latencies.isEmpty else { throw DemoError("no latency samples were observed") }
-            func pct(_ p: Double) -> Double { latencies[min(latencies.count - 1, Int(Double(latencies.count) * p))] }
+            func pct(_ p: Double) -> Double { Self.percentile(latencies, p) }
+            var stages: [String: Double] = [:]
+            for (name, values) in probes.stages() where !values.isEmpty {
+                let sorted = values.sorted()
+                for (label, p) in [("p50", 0.5), ("p99", 0.99)] { stages["\(name)_\(label)"] = (Self.percentile(sorted, p) * 10).rounded() / 10 }
+            }
             await stack.stop()
             return Result(
                 events_per_s: eventsPerS.rounded(), p50_ms: (pct(0.50) * 10).rounded() / 10, p99_ms: (pct(0.99) * 10).rounded() / 10,
                 verify_notifications_per_s_single_thread: verifyReference.rounded(), burst_notifications: burstInputs.count,
-                latency_rate_per_s: latencyRate, latency_samples: latencies.count)
+                latency_rate_per_s: latencyRate, latency_samples: latencies.count, stages_ms: stages)
         } catch {
             await stack.stop()
             throw error
@@ -102,6 +111,9 @@ public struct PipelineBenchmark: Sendable {
     }
 
     struct Note { var uuid: String; var key: String; var value: [UInt8] }
+
+    /// The `p` quantile of sorted, non-empty values.
+    static func percentile(_ sorted: [Double], _ p: Double) -> Double { sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))] }
 
     /// Renewal notifications (outer + nested transaction + renewal info), distinct UUIDs, increasing signedDates.
     static func notifications(pki: TestPKI, count: Int, subscribers: Int, seed: Int) -> [Note] {
@@ -136,9 +148,15 @@ public struct PipelineBenchmark: Sendable {
         while !Task.isCancelled {
             let outstanding = probes.outstanding()
             if !outstanding.isEmpty {
-                let rows = try await db.query("SELECT notification_uuid FROM notifications WHERE notification_uuid = ANY(\(outstanding))", logger: logger)
-                let now = ContinuousClock.now
-                for try await uuid in rows.decode(String.self) { probes.seen(uuid, at: now) }
+                let rows = try await db.query("""
+                    SELECT notification_uuid, (extract(epoch FROM received_at) * 1000)::float8,
+                        (extract(epoch FROM applied_at) * 1000)::float8
+                    FROM notifications WHERE notification_uuid = ANY(\(outstanding))
+                    """, logger: logger)
+                let now = ContinuousClock.now, wall = Date()
+                for try await (uuid, verified, began) in rows.decode((String, Double, Double).self) {
+                    probes.seen(uuid, at: now, wall: wall, verifiedMs: verified, transactionBeganMs: began)
+                }
             }
             try await Task.sleep(for: .milliseconds(10))
         }
@@ -147,19 +165,32 @@ public struct PipelineBenchmark: Sendable {
 
 /// Publish and first-seen times of sampled notifications.
 final class ProbeSet: Sendable {
-    private let state = Mutex<(published: [String: ContinuousClock.Instant], latencies: [Double])>(([:], []))
+    private struct State {
+        var published: [String: (ContinuousClock.Instant, Double)] = [:]
+        var latencies: [Double] = []
+        var stages: [String: [Double]] = ["to_verified": [], "verified_to_sink_transaction": [], "sink_transaction_to_seen": []]
+    }
+    private let state = Mutex(State())
 
-    func published(_ uuid: String, at t: ContinuousClock.Instant) { state.withLock { $0.published[uuid] = t } }
+    func published(_ uuid: String, at t: ContinuousClock.Instant, wall: Date) {
+        state.withLock { $0.published[uuid] = (t, wall.timeIntervalSince1970 * 1000) }
+    }
 
     func outstanding() -> [String] { state.withLock { Array($0.published.keys) } }
 
-    func seen(_ uuid: String, at t: ContinuousClock.Instant) {
+    func seen(_ uuid: String, at t: ContinuousClock.Instant, wall: Date, verifiedMs: Double, transactionBeganMs: Double) {
         state.withLock { s in
-            if let p = s.published.removeValue(forKey: uuid) { s.latencies.append((t - p).seconds * 1000) }
+            guard let (p, publishedMs) = s.published.removeValue(forKey: uuid) else { return }
+            s.latencies.append((t - p).seconds * 1000)
+            s.stages["to_verified", default: []].append(verifiedMs - publishedMs)
+            s.stages["verified_to_sink_transaction", default: []].append(transactionBeganMs - verifiedMs)
+            s.stages["sink_transaction_to_seen", default: []].append(wall.timeIntervalSince1970 * 1000 - transactionBeganMs)
         }
     }
 
     func latencies() -> [Double] { state.withLock { $0.latencies } }
+
+    func stages() -> [String: [Double]] { state.withLock { $0.stages } }
 }
 
 import Synchronization
