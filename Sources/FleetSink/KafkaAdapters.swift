@@ -16,7 +16,15 @@ public final class KafkaEventBatchSource: EventBatchSource {
     }
 
     public func nextBatch(maxRecords: Int) async throws -> [SinkRecord] {
-        let messages = try await consumer.nextBatch(maxMessages: maxRecords, timeout: pollTimeout)
+        try await records(maxRecords: maxRecords, wait: pollTimeout)
+    }
+
+    public func moreRecords(maxRecords: Int) async throws -> [SinkRecord]? {
+        try await records(maxRecords: maxRecords, wait: .zero)
+    }
+
+    private func records(maxRecords: Int, wait: Duration) async throws -> [SinkRecord] {
+        let messages = try await consumer.nextBatch(maxMessages: maxRecords, timeout: wait)
         return messages.map { m in
             SinkRecord(topic: m.topic, partition: m.partition, offset: m.offset, key: m.key, value: m.value,
                        headers: m.headers.map { (key: $0.key, value: $0.value) })
