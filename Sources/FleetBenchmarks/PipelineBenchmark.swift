@@ -54,7 +54,9 @@ public struct PipelineBenchmark: Sendable {
             guard let cluster = stack.cluster, let pg = stack.postgres, let pki = stack.pki else { throw DemoError("stack did not start") }
             let db = try await PostgresConnection.connect(configuration: try DatabaseURL(pg.url).connectionConfiguration(), id: 7, logger: logger)
             defer { Task { try? await db.close() } }
-            let producer = try KafkaProducer(configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers, clientId: "bench-pipeline"))
+            // Batched like the workers' output in the demo stack (DemoRunner.mockLingerMilliseconds).
+            let producer = try KafkaProducer(configuration: KafkaConfiguration(
+                bootstrapServers: cluster.bootstrapServers, clientId: "bench-pipeline", lingerMilliseconds: DemoRunner.mockLingerMilliseconds))
             defer { producer.close() }
 
             // Phase 1: throughput.

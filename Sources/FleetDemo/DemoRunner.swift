@@ -107,7 +107,7 @@ public final class DemoRunner: @unchecked Sendable {
                 "--shutdown-deadline-seconds", "10",
                 // Commit stored offsets often so the publisher's backlog gate sees progress promptly.
                 "--kafka-property", "auto.commit.interval.ms=250",
-            ] + Self.mockFetchProperties)
+            ] + Self.mockFetchProperties + Self.mockProducerProperties)
         }
         // The front door: demo traffic goes through `fleet ingest` over HTTP (DemoIngest.swift).
         let ingestMetricsPort = Loopback.freePort()
@@ -145,6 +145,16 @@ public final class DemoRunner: @unchecked Sendable {
     /// default), even when data arrives meanwhile (a real broker answers as soon as data is there). Every hop of the
     /// embedded pipeline would add up to half a second of latency; a short wait keeps the demo's latency honest.
     static let mockFetchProperties = ["--kafka-property", "fetch.wait.max.ms=10"]
+
+    /// librdkafka 2.0.2's mock broker finds a fetch's message set by walking the partition's list of message sets from
+    /// the oldest, and answers each fetch with one message set per partition. At a steady 2,000 notifications/s over
+    /// 16 partitions, the default `linger.ms=5` makes nearly every message its own message set: the walk took ~8 % of
+    /// the machine's CPU in `bench pipeline`'s latency phase (`perf`: 0x113f84 in librdkafka.so.1,
+    /// `rd_kafka_mock_msgset_find`) and each consumer needed a fetch per message. Producers writing into the embedded
+    /// cluster (the workers, the pipeline benchmark's publisher) batch for up to 20 ms instead: ~2.4 % in the same
+    /// phase. A real broker has neither cost; `fleet worker` keeps librdkafka's default.
+    public static let mockLingerMilliseconds = 20
+    static let mockProducerProperties = ["--kafka-property", "linger.ms=\(mockLingerMilliseconds)"]
 
     public func stop() async {
         for c in children where c.process.isRunning { kill(c.process.processIdentifier, SIGTERM) }
