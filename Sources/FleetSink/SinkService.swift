@@ -214,17 +214,19 @@ public final class SinkService: Service, Sendable {
     }
 
     /// The next batch, gathered while the current one is written: it waits for the first records, then keeps adding
-    /// what arrives (decoding each part as it comes) until the write is done or the batch is full, and prepares its
-    /// statements. Taking only what had arrived when the write began left a small batch in between: every record
-    /// arriving during a write then waited for two more transactions instead of one (`bench pipeline` latency), and
-    /// each small batch paid a transaction's fixed cost.
+    /// what arrives (decoding each part as it comes) until the write is done or the batch holds a quarter of the
+    /// batch size, and prepares its statements. Taking only what had arrived when the write began left a small batch
+    /// in between: every record arriving during a write then waited for two more transactions instead of one
+    /// (`bench pipeline` latency), and each small batch paid a transaction's fixed cost. The quarter bounds what is
+    /// prepared after the write instead of during it: a first take that large is prepared at once, as before.
     static func gather(
         from source: any EventBatchSource, limit: Int, applier: EventApplier, while writing: WriteInProgress
     ) async throws -> ([SinkRecord], DecodedBatch) {
         var records = try await source.nextBatch(maxRecords: limit)
         var parts = [await decodeRecords(records)]
-        while records.count < limit && !writing.isDone && !Task.isCancelled {
-            guard let more = try await source.moreRecords(maxRecords: limit - records.count) else { break }
+        let gatherLimit = max(1, limit / 4)
+        while records.count < gatherLimit && !writing.isDone && !Task.isCancelled {
+            guard let more = try await source.moreRecords(maxRecords: gatherLimit - records.count) else { break }
             if more.isEmpty {
                 // Not a consumer wait: its poll thread expires waiters only every 100 ms when nothing arrives.
                 try? await Task.sleep(for: .milliseconds(2))

@@ -41,6 +41,17 @@ final class TrickleSource: EventBatchSource {
     }
 }
 
+/// Hands out its records at once, then counts the calls for more.
+final class MemoryThenTrickle: EventBatchSource {
+    private let state: Mutex<(first: [SinkRecord]?, more: Int)>
+    init(first: [SinkRecord]) { state = Mutex((first, 0)) }
+    var isReady: Bool { true }
+    var moreCalls: Int { state.withLock { $0.more } }
+    func nextBatch(maxRecords: Int) async throws -> [SinkRecord] { state.withLock { s in defer { s.first = nil }; return s.first ?? [] } }
+    func moreRecords(maxRecords: Int) async throws -> [SinkRecord]? { state.withLock { $0.more += 1 }; return [] }
+    func markProcessed(_ records: [SinkRecord]) async throws {}
+}
+
 @Suite("The next batch gathers what arrives while the current one is written")
 struct GatherTests {
     func input(_ n: Int, badAt: Set<Int> = []) -> [SinkRecord] {
@@ -51,11 +62,11 @@ struct GatherTests {
         }
     }
 
-    @Test("records arriving during the write join the next batch, in order, up to the batch limit")
+    @Test("records arriving during the write join the next batch, in order, up to a quarter of the batch size")
     func gathersUpToLimit() async throws {
         let source = TrickleSource(input(30, badAt: [7]), interval: .microseconds(100))
         let writing = SinkService.WriteInProgress()  // never finishes: only the limit ends the gathering
-        let (records, decoded) = try await SinkService.gather(from: source, limit: 20, applier: EventApplier(), while: writing)
+        let (records, decoded) = try await SinkService.gather(from: source, limit: 80, applier: EventApplier(), while: writing)
         #expect(records.map(\.offset) == Array(0..<20))
         #expect(decoded.accepted.map(\.0.offset) == (0..<20).filter { $0 != 7 })
         #expect(decoded.refused.map(\.0.offset) == [7])
@@ -63,11 +74,20 @@ struct GatherTests {
         #expect(source.remaining == 10)
     }
 
+    @Test("a first take of a quarter of the batch size or more is not added to")
+    func largeFirstTake() async throws {
+        let source = MemoryThenTrickle(first: input(30))
+        let writing = SinkService.WriteInProgress()
+        let (records, _) = try await SinkService.gather(from: source, limit: 100, applier: EventApplier(), while: writing)
+        #expect(records.count == 30)
+        #expect(source.moreCalls == 0)
+    }
+
     @Test("once the write is done the batch is handed over with what it has; the rest waits for the next one")
     func stopsWhenWriteDone() async throws {
         let source = TrickleSource(input(10_000))
         let writing = SinkService.WriteInProgress()
-        let gathering = Task { try await SinkService.gather(from: source, limit: 20_000, applier: EventApplier(), while: writing) }
+        let gathering = Task { try await SinkService.gather(from: source, limit: 80_000, applier: EventApplier(), while: writing) }
         try await Task.sleep(for: .milliseconds(50))
         writing.finish()
         let (records, decoded) = try await gathering.value
