@@ -125,7 +125,7 @@ struct IngestHandler: Sendable {
         }
         let message = OutgoingMessage(topic: configuration.topic, key: parsed.key, value: body,
                                       headers: [KafkaHeader(key: FleetHeaders.ingestEndpoint, string: Endpoint.notifications.rawValue)])
-        switch await publish(message, .notifications) {
+        switch await publish(message, .notifications, meanwhile: {}).0 {
         case .success(let report):
             return IngestHTTP.json(.ok, bytes: Array("{\"offset\":\(report.offset),\"partition\":\(report.partition),\"status\":\"accepted\"}\n".utf8))
         case .failure(let error):
@@ -146,13 +146,13 @@ struct IngestHandler: Sendable {
         if let token = parsed.appAccountToken { headers.append(KafkaHeader(key: FleetHeaders.appAccountToken, string: token)) }
         let message = OutgoingMessage(topic: configuration.topic, key: parsed.key, value: parsed.value, headers: headers)
         // Publish and verify at the same time; answer once both are done.
-        async let delivered = publish(message, .transactions)
         let processor = self.processor, topic = configuration.topic
-        let verdict = try? await verifiers.runIfActive {
-            processor.process(value: parsed.value, deviceVerificationId: parsed.deviceVerificationId,
-                              at: InputCoordinates(topic: topic, partition: -1, offset: -1))
+        let (report, verdict) = await publish(message, .transactions) {
+            try? await verifiers.runIfActive {
+                processor.process(value: parsed.value, deviceVerificationId: parsed.deviceVerificationId,
+                                  at: InputCoordinates(topic: topic, partition: -1, offset: -1))
+            }
         }
-        let report = await delivered
         if case .failure(let error) = report { return unavailable(error) }
         guard let outcome = verdict else {
             // The pool has stopped (shutdown): the input is on the topic, the workers will judge it.
@@ -193,17 +193,30 @@ struct IngestHandler: Sendable {
                          retryAfter: configuration.retryAfterSeconds)
     }
 
-    private func publish(_ message: OutgoingMessage, _ endpoint: Endpoint) async -> Result<DeliveryReport, KafkaError> {
-        do {
-            let report = try await producer.send(message)
+    /// Enqueues `message`, runs `meanwhile` (the transaction's verification) while it is delivered, and returns the
+    /// delivery report with `meanwhile`'s result.
+    private func publish<T>(
+        _ message: OutgoingMessage, _ endpoint: Endpoint, meanwhile: () async -> T
+    ) async -> (Result<DeliveryReport, KafkaError>, T) {
+        let pending: Result<PendingDelivery, KafkaError>
+        do { pending = .success(try await producer.start(message)) } catch { pending = .failure(error) }
+        let other = await meanwhile()
+        let result: Result<DeliveryReport, KafkaError>
+        switch pending {
+        case .success(let p):
+            do { result = .success(try await p.report()) } catch { result = .failure(error) }
+        case .failure(let error):
+            result = .failure(error)
+        }
+        switch result {
+        case .success:
             metrics.published(endpoint).increment()
-            return .success(report)
-        } catch {
+        case .failure(let error):
             metrics.counter("fleet_ingest_publish_failures_total", ("endpoint", endpoint.rawValue), ("error", error.name)).increment()
             logger.warning("publish failed", metadata: ["endpoint": "\(endpoint.rawValue)", "error": "\(error)"])
             if error.isFatal { onFatal(error) }
-            return .failure(error)
         }
+        return (result, other)
     }
 }
 

@@ -230,9 +230,16 @@ public final class KafkaProducer: Sendable {
 
     /// Produces one message and returns when it is acknowledged (or failed: a typed `KafkaError`).
     public func send(_ message: OutgoingMessage) async throws(KafkaError) -> DeliveryReport {
+        try await start(message).report()
+    }
+
+    /// Enqueues one message and returns at once with a handle on its delivery report: for a caller with other work
+    /// to do meanwhile (`fleet ingest` verifies a transaction while its raw input is delivered) without a child task.
+    /// Throws only when the message could not be enqueued at all.
+    public func start(_ message: OutgoingMessage) async throws(KafkaError) -> PendingDelivery {
         let box = ResultBox()
         try await core.enqueueAsync(message) { result in box.set(result) }
-        return try await box.value()
+        return PendingDelivery(box: box)
     }
 
     /// Enqueues one message; `completion` runs on the poll thread with the delivery report. Blocks the caller while
@@ -272,7 +279,15 @@ public final class KafkaProducer: Sendable {
 }
 
 /// Bridges a delivery callback to an awaiting task.
-private final class ResultBox: Sendable {
+/// A message enqueued by `KafkaProducer.start`, awaiting its delivery report.
+public struct PendingDelivery: Sendable {
+    fileprivate let box: ResultBox
+
+    /// The delivery report (acknowledged) or the typed failure.
+    public func report() async throws(KafkaError) -> DeliveryReport { try await box.value() }
+}
+
+fileprivate final class ResultBox: Sendable {
     private let state = ConditionLock<(Result<DeliveryReport, KafkaError>?, CheckedContinuation<Result<DeliveryReport, KafkaError>, Never>?)>((nil, nil))
 
     func set(_ result: Result<DeliveryReport, KafkaError>) {
