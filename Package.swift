@@ -305,7 +305,7 @@ let package = Package(
         ]),
         .testTarget(name: "FleetBenchmarksTests", dependencies: ["FleetBenchmarks", "AppStoreVerification"]),
         .testTarget(name: "FleetDemoTests", dependencies: [
-            "FleetDemo", "AppStoreVerification", "EntitlementDomain", "FleetKafka", "FleetTestPKI", "FleetWorker",
+            "FleetDemo", "AppStoreVerification", "EntitlementDomain", "FleetDevStack", "FleetKafka", "FleetTestPKI", "FleetWorker",
         ]),
         .testTarget(
             name: "FleetSinkTests",
