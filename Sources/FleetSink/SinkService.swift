@@ -206,44 +206,6 @@ public final class SinkService: Service, Sendable {
         if let connection { try? await connection.close() }
     }
 
-    /// Set once the batch being written is done: until then the next batch keeps gathering what arrives.
-    final class WriteInProgress: Sendable {
-        private let done = Mutex(false)
-        func finish() { done.withLock { $0 = true } }
-        var isDone: Bool { done.withLock { $0 } }
-    }
-
-    /// The next batch, gathered while the current one is written: it waits for the first records, then keeps adding
-    /// what arrives (decoding each part as it comes) until the write is done or the batch holds a quarter of the
-    /// batch size, and prepares its statements. Taking only what had arrived when the write began left a small batch
-    /// in between: every record arriving during a write then waited for two more transactions instead of one
-    /// (`bench pipeline` latency), and each small batch paid a transaction's fixed cost. The quarter bounds what is
-    /// prepared after the write instead of during it: a first take that large is prepared at once, as before.
-    static func gather(
-        from source: any EventBatchSource, limit: Int, applier: EventApplier, while writing: WriteInProgress
-    ) async throws -> ([SinkRecord], DecodedBatch) {
-        var records = try await source.nextBatch(maxRecords: limit)
-        var parts = [await decodeRecords(records)]
-        let gatherLimit = max(1, limit / 4)
-        while records.count < gatherLimit && !writing.isDone && !Task.isCancelled {
-            guard let more = try await source.moreRecords(maxRecords: gatherLimit - records.count) else { break }
-            if more.isEmpty {
-                // Not a consumer wait: its poll thread expires waiters only every 100 ms when nothing arrives.
-                try? await Task.sleep(for: .milliseconds(2))
-                continue
-            }
-            records += more
-            parts.append(await decodeRecords(more))
-        }
-        var accepted: [(SinkRecord, EntitlementEvent)] = []
-        var refused: [(SinkRecord, SinkRejection, String)] = []
-        for part in parts {
-            accepted += part.accepted
-            refused += part.refused
-        }
-        return (records, DecodedBatch(accepted: accepted, refused: refused, prepared: applier.prepare(accepted.map(\.1))))
-    }
-
     /// Decodes, writes and marks one batch.
     func process(_ records: [SinkRecord], decoded batch: DecodedBatch, connection: inout PostgresConnection?) async throws {
         let started = ContinuousClock.now
@@ -274,58 +236,6 @@ public final class SinkService: Service, Sendable {
         }
         metrics.batch.recordNanoseconds(duration.nanoseconds)
         onBatch?(BatchReport(records: records.count, rejected: refused.count, outcome: outcome, duration: duration))
-    }
-
-    public struct DecodeFailure: Error, Sendable {
-        public var reason: SinkRejection
-        public var detail: String
-    }
-
-    /// Decodes a batch on all cores (JSON decoding is a third of the batch time), keeping the batch order.
-    /// A batch decoded and prepared for the database (done while the previous batch is written).
-    struct DecodedBatch: Sendable {
-        var accepted: [(SinkRecord, EntitlementEvent)] = []
-        var refused: [(SinkRecord, SinkRejection, String)] = []
-        var prepared: PreparedBatch
-    }
-
-    static func decodeBatch(_ records: [SinkRecord], applier: EventApplier) async -> DecodedBatch {
-        let part = await decodeRecords(records)
-        return DecodedBatch(accepted: part.accepted, refused: part.refused, prepared: applier.prepare(part.accepted.map(\.1)))
-    }
-
-    static func decodeRecords(_ records: [SinkRecord]) async -> (accepted: [(SinkRecord, EntitlementEvent)], refused: [(SinkRecord, SinkRejection, String)]) {
-        var accepted: [(SinkRecord, EntitlementEvent)] = []
-        var refused: [(SinkRecord, SinkRejection, String)] = []
-        for (record, result) in zip(records, await decodeAll(records)) {
-            switch result {
-            case .success(let event): accepted.append((record, event))
-            case .failure(let failure): refused.append((record, failure.reason, failure.detail))
-            }
-        }
-        return (accepted, refused)
-    }
-
-    static func decodeAll(_ records: [SinkRecord]) async -> [Result<EntitlementEvent, DecodeFailure>] {
-        let workers = max(1, min(ProcessInfo.processInfo.activeProcessorCount, records.count / 256))
-        if workers == 1 { return records.map(decode) }
-        let size = (records.count + workers - 1) / workers
-        return await withTaskGroup(of: (Int, [Result<EntitlementEvent, DecodeFailure>]).self) { group in
-            for start in stride(from: 0, to: records.count, by: size) {
-                let slice = Array(records[start..<min(start + size, records.count)])
-                group.addTask { (start, slice.map(decode)) }
-            }
-            var parts: [(Int, [Result<EntitlementEvent, DecodeFailure>])] = []
-            for await part in group { parts.append(part) }
-            return parts.sorted { $0.0 < $1.0 }.flatMap(\.1)
-        }
-    }
-
-    public static func decode(_ record: SinkRecord) -> Result<EntitlementEvent, DecodeFailure> {
-        // The domain's own decoder (the inverse of what the workers write), several times faster than JSONDecoder.
-        EntitlementEvent.decodeForSink(record.value).mapError { failure in
-            DecodeFailure(reason: SinkRejection(rawValue: failure.reason) ?? .undecodable, detail: failure.detail)
-        }
     }
 
     /// Applies the batch in one transaction, retrying with backoff while the database is unavailable (reconnecting
