@@ -32,6 +32,8 @@ extension SinkService {
             }
             records += more
             parts.append(await decodeRecords(more))
+            // Neither the buffer take nor a small decode suspends: give the cooperative thread back now and then.
+            await Task.yield()
         }
         var accepted: [(SinkRecord, EntitlementEvent)] = []
         var refused: [(SinkRecord, SinkRejection, String)] = []

@@ -6,38 +6,32 @@ import Testing
 
 @testable import FleetSink
 
-/// A result topic whose records arrive one per `interval` from its creation: `nextBatch` waits for the first that
-/// has arrived, `moreRecords` takes those that have arrived since, like a consumer whose buffer fills while the sink
-/// writes.
+/// A result topic whose next record has always just arrived: `nextBatch` and each `moreRecords` hand out one. When
+/// `finishAfter` records have been handed out through `moreRecords`, it marks the current write done (as if the write
+/// ended right then), so the tests need no clock.
 final class TrickleSource: EventBatchSource {
-    private let state: Mutex<[SinkRecord]>
-    private let start = ContinuousClock.now
-    private let interval: Duration
-    private let total: Int
-    init(_ records: [SinkRecord], interval: Duration = .milliseconds(1)) {
-        state = Mutex(records)
-        total = records.count
-        self.interval = interval
+    private let state: Mutex<(queue: [SinkRecord], more: Int)>
+    private let finishAfter: Int?
+    private let writing: SinkService.WriteInProgress?
+    init(_ records: [SinkRecord], finishAfter: Int? = nil, writing: SinkService.WriteInProgress? = nil) {
+        state = Mutex((records, 0))
+        self.finishAfter = finishAfter
+        self.writing = writing
     }
     var isReady: Bool { true }
-    var remaining: Int { state.withLock { $0.count } }
-    func nextBatch(maxRecords: Int) async throws -> [SinkRecord] {
-        while true {
-            let b = take(maxRecords)
-            if !b.isEmpty || remaining == 0 { return b }
-            try await Task.sleep(for: .milliseconds(1))
-        }
-    }
-    func moreRecords(maxRecords: Int) async throws -> [SinkRecord]? { take(maxRecords) }
+    var remaining: Int { state.withLock { $0.queue.count } }
+    func nextBatch(maxRecords: Int) async throws -> [SinkRecord] { take(maxRecords, counted: false) }
+    func moreRecords(maxRecords: Int) async throws -> [SinkRecord]? { take(maxRecords, counted: true) }
     func markProcessed(_ records: [SinkRecord]) async throws {}
-    private func take(_ limit: Int) -> [SinkRecord] {
-        let arrived = Int((ContinuousClock.now - start) / interval) + 1
-        return state.withLock { queue in
-            let n = min(limit, queue.count, max(0, arrived - (total - queue.count)))
-            let b = Array(queue.prefix(n))
-            queue.removeFirst(n)
-            return b
+    private func take(_ limit: Int, counted: Bool) -> [SinkRecord] {
+        let (batch, more) = state.withLock { s -> ([SinkRecord], Int) in
+            let b = Array(s.queue.prefix(min(1, limit)))
+            s.queue.removeFirst(b.count)
+            if counted { s.more += b.count }
+            return (b, s.more)
         }
+        if counted, let finishAfter, more >= finishAfter { writing?.finish() }
+        return batch
     }
 }
 
@@ -64,7 +58,7 @@ struct GatherTests {
 
     @Test("records arriving during the write join the next batch, in order, up to a quarter of the batch size")
     func gathersUpToLimit() async throws {
-        let source = TrickleSource(input(30, badAt: [7]), interval: .microseconds(100))
+        let source = TrickleSource(input(30, badAt: [7]))
         let writing = SinkService.WriteInProgress()  // never finishes: only the limit ends the gathering
         let (records, decoded) = try await SinkService.gather(from: source, limit: 80, applier: EventApplier(), while: writing)
         #expect(records.map(\.offset) == Array(0..<20))
@@ -85,16 +79,12 @@ struct GatherTests {
 
     @Test("once the write is done the batch is handed over with what it has; the rest waits for the next one")
     func stopsWhenWriteDone() async throws {
-        let source = TrickleSource(input(10_000))
         let writing = SinkService.WriteInProgress()
-        let gathering = Task { try await SinkService.gather(from: source, limit: 80_000, applier: EventApplier(), while: writing) }
-        try await Task.sleep(for: .milliseconds(50))
-        writing.finish()
-        let (records, decoded) = try await gathering.value
-        #expect(records.count >= 2 && records.count < 10_000)
-        #expect(records.map(\.offset) == (0..<Int64(records.count)).map { $0 })
-        #expect(decoded.accepted.count == records.count)
-        #expect(source.remaining == 10_000 - records.count)
+        let source = TrickleSource(input(100), finishAfter: 5, writing: writing)
+        let (records, decoded) = try await SinkService.gather(from: source, limit: 2_000, applier: EventApplier(), while: writing)
+        #expect(records.map(\.offset) == Array(0..<6))  // the first take and the five taken during the write
+        #expect(decoded.accepted.count == 6)
+        #expect(source.remaining == 94)
     }
 
     @Test("a source without moreRecords (the default) gives the first batch alone")
