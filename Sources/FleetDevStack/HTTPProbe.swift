@@ -89,33 +89,27 @@ public enum Loopback {
     }
 
     /// Whether 127.0.0.1:`port` can be bound (and listened on) right now.
-    static func bindable(_ port: Int) -> Bool {
+    static func bindable(_ port: Int) -> Bool { bindLoopback(port: port, listening: true) != nil }
+
+    /// A port the kernel picks for `bind(0)` (in its ephemeral range).
+    static func kernelChosenPort() -> Int { bindLoopback(port: 0, listening: false) ?? 0 }
+
+    /// Binds a socket to 127.0.0.1:`port` (0: the kernel picks), listening if asked, then closes it; the bound port,
+    /// or nil when the bind failed.
+    private static func bindLoopback(port: Int, listening: Bool) -> Int? {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { return false }
+        guard fd >= 0 else { return nil }
         defer { close(fd) }
         var addr = sockaddr_in()
         addr.sin_family = sa_family_t(AF_INET)
         addr.sin_port = in_port_t(UInt16(port).bigEndian)
         addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        return withUnsafePointer(to: &addr) { p in
-            p.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
-        } && listen(fd, 1) == 0
-    }
-
-    /// A port the kernel picks for `bind(0)` (in its ephemeral range).
-    static func kernelChosenPort() -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        _ = withUnsafePointer(to: &addr) { p in
-            p.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
         var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &addr) { p in
-            p.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) }
+        let ok = withUnsafeMutablePointer(to: &addr) { p in
+            p.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa in
+                bind(fd, sa, len) == 0 && (!listening || listen(fd, 1) == 0) && getsockname(fd, sa, &len) == 0
+            }
         }
-        return Int(UInt16(bigEndian: addr.sin_port))
+        return ok ? Int(UInt16(bigEndian: addr.sin_port)) : nil
     }
 }

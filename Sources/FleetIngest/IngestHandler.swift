@@ -198,25 +198,24 @@ struct IngestHandler: Sendable {
     private func publish<T>(
         _ message: OutgoingMessage, _ endpoint: Endpoint, meanwhile: () async -> T
     ) async -> (Result<DeliveryReport, KafkaError>, T) {
-        let pending: Result<PendingDelivery, KafkaError>
-        do { pending = .success(try await producer.start(message)) } catch { pending = .failure(error) }
+        let pending: PendingDelivery
+        do { pending = try await producer.start(message) } catch { return (failed(error, endpoint), await meanwhile()) }
         let other = await meanwhile()
-        let result: Result<DeliveryReport, KafkaError>
-        switch pending {
-        case .success(let p):
-            do { result = .success(try await p.report()) } catch { result = .failure(error) }
-        case .failure(let error):
-            result = .failure(error)
-        }
-        switch result {
-        case .success:
+        do {
+            let report = try await pending.report()
             metrics.published(endpoint).increment()
-        case .failure(let error):
-            metrics.counter("fleet_ingest_publish_failures_total", ("endpoint", endpoint.rawValue), ("error", error.name)).increment()
-            logger.warning("publish failed", metadata: ["endpoint": "\(endpoint.rawValue)", "error": "\(error)"])
-            if error.isFatal { onFatal(error) }
+            return (.success(report), other)
+        } catch {
+            return (failed(error, endpoint), other)
         }
-        return (result, other)
+    }
+
+    /// Counts and logs a publish that failed (a fatal producer error stops the service).
+    private func failed(_ error: KafkaError, _ endpoint: Endpoint) -> Result<DeliveryReport, KafkaError> {
+        metrics.counter("fleet_ingest_publish_failures_total", ("endpoint", endpoint.rawValue), ("error", error.name)).increment()
+        logger.warning("publish failed", metadata: ["endpoint": "\(endpoint.rawValue)", "error": "\(error)"])
+        if error.isFatal { onFatal(error) }
+        return .failure(error)
     }
 }
 

@@ -278,7 +278,6 @@ public final class KafkaProducer: Sendable {
     }
 }
 
-/// Bridges a delivery callback to an awaiting task.
 /// A message enqueued by `KafkaProducer.start`, awaiting its delivery report.
 public struct PendingDelivery: Sendable {
     fileprivate let box: ResultBox
@@ -287,6 +286,7 @@ public struct PendingDelivery: Sendable {
     public func report() async throws(KafkaError) -> DeliveryReport { try await box.value() }
 }
 
+/// Bridges a delivery callback to an awaiting task.
 fileprivate final class ResultBox: Sendable {
     private let state = ConditionLock<(Result<DeliveryReport, KafkaError>?, CheckedContinuation<Result<DeliveryReport, KafkaError>, Never>?)>((nil, nil))
 

@@ -35,13 +35,7 @@ extension SinkService {
             // Neither the buffer take nor a small decode suspends: give the cooperative thread back now and then.
             await Task.yield()
         }
-        var accepted: [(SinkRecord, EntitlementEvent)] = []
-        var refused: [(SinkRecord, SinkRejection, String)] = []
-        for part in parts {
-            accepted += part.accepted
-            refused += part.refused
-        }
-        return (records, DecodedBatch(accepted: accepted, refused: refused, prepared: applier.prepare(accepted.map(\.1))))
+        return (records, DecodedBatch(parts, applier: applier))
     }
 
     public struct DecodeFailure: Error, Sendable {
@@ -49,19 +43,30 @@ extension SinkService {
         public var detail: String
     }
 
+    /// Records decoded: the events in order, and those refused with their reason.
+    typealias DecodedPart = (accepted: [(SinkRecord, EntitlementEvent)], refused: [(SinkRecord, SinkRejection, String)])
+
     /// A batch decoded and prepared for the database (done while the previous batch is written).
     struct DecodedBatch: Sendable {
         var accepted: [(SinkRecord, EntitlementEvent)] = []
         var refused: [(SinkRecord, SinkRejection, String)] = []
         var prepared: PreparedBatch
+
+        /// The parts in order, as one batch, its statements prepared.
+        init(_ parts: [DecodedPart], applier: EventApplier) {
+            for part in parts {
+                accepted += part.accepted
+                refused += part.refused
+            }
+            prepared = applier.prepare(accepted.map(\.1))
+        }
     }
 
     static func decodeBatch(_ records: [SinkRecord], applier: EventApplier) async -> DecodedBatch {
-        let part = await decodeRecords(records)
-        return DecodedBatch(accepted: part.accepted, refused: part.refused, prepared: applier.prepare(part.accepted.map(\.1)))
+        DecodedBatch([await decodeRecords(records)], applier: applier)
     }
 
-    static func decodeRecords(_ records: [SinkRecord]) async -> (accepted: [(SinkRecord, EntitlementEvent)], refused: [(SinkRecord, SinkRejection, String)]) {
+    static func decodeRecords(_ records: [SinkRecord]) async -> DecodedPart {
         var accepted: [(SinkRecord, EntitlementEvent)] = []
         var refused: [(SinkRecord, SinkRejection, String)] = []
         for (record, result) in zip(records, await decodeAll(records)) {

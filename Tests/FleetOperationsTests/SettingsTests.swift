@@ -66,7 +66,7 @@ struct OperationsServerTests {
     @Test func servesMetricsHealthAndReadiness() async throws {
         FleetMetrics.bootstrap()
         let readiness = Readiness()
-        // A port the OS just gave out (a random one once landed on another test's listener and never answered).
+        // A port test-bound just now (an unchecked random one once landed on another test's listener and never answered).
         let port = Loopback.freePort()
         let server = OperationsServer(host: "127.0.0.1", port: port, readiness: readiness, logger: Logger(label: "test"))
         let task = Task { try await server.run() }
