@@ -31,6 +31,21 @@ extension JSONValue {
         try withContiguousBytes(bytes) { (buf) throws(JSONParseError) in try parse(buf, maxDepth: maxDepth) }
     }
 
+    /// Parses one JSON value from bytes and returns, for each of `keys`, the byte range (in `bytes`) of that member's
+    /// value in the top-level object, or nil where it has no such member. A reader can then pass an embedded
+    /// document on as the very text it arrived in instead of writing it again.
+    public static func parse(
+        bytes: [UInt8], maxDepth: Int = JSONValue.defaultMaxDepth, recordingTopLevel keys: [String]
+    ) throws(JSONParseError) -> (value: JSONValue, ranges: [Range<Int>?]) {
+        try bytes.withUnsafeBufferPointer { (buf) throws(JSONParseError) in
+            var p = JSONParser(buffer: buf, maxDepth: maxDepth)
+            p.recordedKeys = keys
+            p.recorded = Array(repeating: nil, count: keys.count)
+            let value = try p.parseDocument()
+            return (value, p.recorded)
+        }
+    }
+
     /// Parses one JSON value from a string.
     public static func parse(_ text: String, maxDepth: Int = JSONValue.defaultMaxDepth) throws(JSONParseError) -> JSONValue {
         try withUTF8Bytes(text) { (buf) throws(JSONParseError) in try parse(buf, maxDepth: maxDepth) }
@@ -42,6 +57,9 @@ struct JSONParser {
     var i: Int = 0
     let maxDepth: Int
     var depth = 0
+    /// Top-level members whose values' byte ranges are recorded in `recorded` (same order).
+    var recordedKeys: [String] = []
+    var recorded: [Range<Int>?] = []
 
     init(buffer: UnsafeBufferPointer<UInt8>, maxDepth: Int) {
         self.buf = buffer
@@ -126,7 +144,9 @@ struct JSONParser {
             guard i < buf.count, buf[i] == UInt8(ascii: ":") else { throw fail("expected ':'") }
             i += 1
             skipWhitespace()
+            let valueStart = i
             let value = try parseValue()
+            if depth == 1, !recordedKeys.isEmpty, let k = recordedKeys.firstIndex(of: key) { recorded[k] = valueStart..<i }
             if dict.updateValue(value, forKey: key) != nil {
                 throw fail("duplicate key \"\(key)\"", at: keyStart)
             }

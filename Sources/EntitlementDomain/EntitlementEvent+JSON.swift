@@ -71,8 +71,23 @@ extension EntitlementEvent {
 
     /// Decodes an event from the result topic. Refuses other schema versions with a precise reason.
     public init(jsonBytes bytes: [UInt8]) throws(DecodingError) {
+        self = try Self.decode(jsonBytes: bytes, keepingDocumentTexts: false).event
+    }
+
+    /// Decodes an event and, with `keepingDocumentTexts`, the JSON text of the documents it embeds exactly as
+    /// `bytes` carries them (see `EventDocumentTexts`).
+    public static func decode(
+        jsonBytes bytes: [UInt8], keepingDocumentTexts: Bool
+    ) throws(DecodingError) -> (event: EntitlementEvent, documents: EventDocumentTexts) {
         let root: JSONValue
-        do { root = try JSONValue.parse(bytes: bytes, maxDepth: 64) } catch {
+        var ranges: [Range<Int>?] = []
+        do {
+            if keepingDocumentTexts {
+                (root, ranges) = try JSONValue.parse(bytes: bytes, maxDepth: 64, recordingTopLevel: EventDocumentTexts.keys)
+            } else {
+                root = try JSONValue.parse(bytes: bytes, maxDepth: 64)
+            }
+        } catch {
             throw DecodingError(reason: "not JSON: \(error)")
         }
         guard case .object(let o) = root else { throw DecodingError(reason: "an event must be a JSON object") }
@@ -109,7 +124,7 @@ extension EntitlementEvent {
             notification = EventNotification(uuid: uuid, type: type, subtype: n["subtype"]?.stringValue,
                                              signedDate: signed, version: n["version"]?.stringValue)
         }
-        self.init(
+        let event = EntitlementEvent(
             eventId: try str("eventId"), kind: try str("kind"), effect: effect, reason: optStr("reason"),
             environment: try str("environment"), bundleId: optStr("bundleId"), appAppleId: optInt("appAppleId"),
             subject: optStr("subject"), productId: optStr("productId"), productType: optStr("productType"),
@@ -124,7 +139,34 @@ extension EntitlementEvent {
             units: optInt("units").map { Int($0) }, entitlement: optStr("entitlement"),
             transaction: optObj("transaction"), renewalInfo: optObj("renewalInfo"),
             appTransaction: optObj("appTransaction"), details: optObj("details"))
+        // The text of a document the event holds (an object), cut from the record.
+        func text(_ k: Int) -> String? {
+            guard k < ranges.count, let range = ranges[k], optObj(EventDocumentTexts.keys[k]) != nil else { return nil }
+            return String(decoding: bytes[range], as: UTF8.self)
+        }
+        return (event, EventDocumentTexts(transaction: text(0), renewalInfo: text(1), appTransaction: text(2), details: text(3)))
     }
+}
+
+/// The JSON text of the documents an event embeds (`transaction`, `renewalInfo`, `appTransaction`, `details`),
+/// exactly as the result-topic record carries them: the sink stores this text as it came rather than writing the
+/// parsed documents out again (jsonb keeps the same values whatever the key order or spacing). Nil for a document
+/// the event does not hold.
+public struct EventDocumentTexts: Sendable, Equatable {
+    public var transaction: String?
+    public var renewalInfo: String?
+    public var appTransaction: String?
+    public var details: String?
+
+    public init(transaction: String? = nil, renewalInfo: String? = nil, appTransaction: String? = nil, details: String? = nil) {
+        self.transaction = transaction
+        self.renewalInfo = renewalInfo
+        self.appTransaction = appTransaction
+        self.details = details
+    }
+
+    /// The event's member names, in the order of the properties.
+    static let keys = ["transaction", "renewalInfo", "appTransaction", "details"]
 }
 
 private struct Writer {
@@ -153,6 +195,8 @@ private struct Writer {
     mutating func json(_ k: String, _ v: JSONValue?) {
         guard let v else { return }
         key(k)
-        v.write(into: &out, sortedKeys: true)
+        // Members in jsonb's order: the sink stores this very text (`EventDocumentTexts`), and PostgreSQL then finds
+        // every object already sorted.
+        v.write(into: &out, keyOrder: .jsonb)
     }
 }

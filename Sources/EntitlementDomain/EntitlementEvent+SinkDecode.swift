@@ -14,17 +14,25 @@ public struct EventDecodeFailure: Error, Sendable, Equatable {
 extension EntitlementEvent {
     /// The sink's decoder: the event of a result-topic record, or why it is refused (pure; fuzzed by `fleet-fuzz`).
     public static func decodeForSink(_ bytes: [UInt8]) -> Result<EntitlementEvent, EventDecodeFailure> {
-        let event: EntitlementEvent
+        decodeForSink(bytes, keepingDocumentTexts: false).map(\.event)
+    }
+
+    /// The same, with the JSON text of the embedded documents as the record carries them (`EventDocumentTexts`).
+    public static func decodeForSink(
+        _ bytes: [UInt8], keepingDocumentTexts: Bool
+    ) -> Result<(event: EntitlementEvent, documents: EventDocumentTexts), EventDecodeFailure> {
+        let decoded: (event: EntitlementEvent, documents: EventDocumentTexts)
         do {
-            event = try EntitlementEvent(jsonBytes: bytes)
+            decoded = try EntitlementEvent.decode(jsonBytes: bytes, keepingDocumentTexts: keepingDocumentTexts)
         } catch {
             let reason = error.reason.hasPrefix("unsupported schema") ? "unsupported_schema" : "undecodable"
             return .failure(EventDecodeFailure(reason: reason, detail: error.reason))
         }
+        let event = decoded.event
         for (name, value) in [("eventId", event.eventId), ("kind", event.kind), ("environment", event.environment)]
         where value.isEmpty {
             return .failure(EventDecodeFailure(reason: "invalid_event", detail: "\(name) is empty"))
         }
-        return .success(event)
+        return .success(decoded)
     }
 }

@@ -30,21 +30,41 @@ enum Base64Target {
     }
 }
 
-/// `event`: the sink's decoder refuses with its three codes, and what it accepts survives encode/decode unchanged.
+/// `event`: the sink's decoder refuses with its three codes, what it accepts survives encode/decode unchanged, and
+/// the document texts it keeps parse to exactly the documents it decoded.
 enum EventTarget {
     static func run(_ data: UnsafeBufferPointer<UInt8>) throws(InvariantViolation) {
-        switch EntitlementEvent.decodeForSink(Array(data)) {
+        let bytes = Array(data)
+        let plain = EntitlementEvent.decodeForSink(bytes)
+        switch EntitlementEvent.decodeForSink(bytes, keepingDocumentTexts: true) {
         case .failure(let f):
-            if !EventDecodeFailure.reasons.contains(f.reason) {
-                throw InvariantViolation(.event, "undocumented sink rejection '\(f.reason)'")
+            if case .success = plain { throw InvariantViolation(.event, "refused only when keeping the document texts") }
+            try refusal(f)
+        case .success(let (event, documents)):
+            if (try? plain.get()) != event { throw InvariantViolation(.event, "keeping the document texts changed the event") }
+            for (text, document) in [
+                (documents.transaction, event.transaction), (documents.renewalInfo, event.renewalInfo),
+                (documents.appTransaction, event.appTransaction), (documents.details, event.details),
+            ] where (text.flatMap { try? JSONValue.parse($0, maxDepth: 64) }) != document {
+                throw InvariantViolation(.event, "a kept document text does not parse to the decoded document")
             }
-            if f.detail.isEmpty { throw InvariantViolation(.event, "rejection \(f.reason) without a detail") }
+        }
+        switch plain {
+        case .failure(let f):
+            try refusal(f)
         case .success(let event):
             if event.eventId.isEmpty || event.kind.isEmpty || event.environment.isEmpty {
                 throw InvariantViolation(.event, "accepted an event with an empty required field")
             }
             try roundTrip(event, target: .event)
         }
+    }
+
+    static func refusal(_ f: EventDecodeFailure) throws(InvariantViolation) {
+        if !EventDecodeFailure.reasons.contains(f.reason) {
+            throw InvariantViolation(.event, "undocumented sink rejection '\(f.reason)'")
+        }
+        if f.detail.isEmpty { throw InvariantViolation(.event, "rejection \(f.reason) without a detail") }
     }
 
     /// decode(encode(event)) == event, and encoding is stable.

@@ -95,19 +95,29 @@ extension BatchPlan {
         return String(decoding: droppingNUL(value).serializedBytes(keyOrder: .jsonb), as: UTF8.self)
     }
 
+    /// The text for a jsonb column of a document the event's record carried as `text` (parsed: `value`): that text
+    /// as it came, unless it holds an escaped NUL (jsonb refuses those; `jsonText` drops them) or is absent.
+    static func jsonText(_ text: String?, _ value: JSONValue?) -> String? {
+        guard value != nil else { return nil }
+        if var text, !(text.withUTF8 { containsEscapedNUL($0) }) { return text }
+        return jsonText(value)
+    }
+
     /// Whether `\u0000` occurs in JSON text (possibly preceded by an escaped backslash: then it is a false
     /// positive, which only costs the slower writer).
     static func containsEscapedNUL(_ bytes: [UInt8]) -> Bool {
-        bytes.withUnsafeBufferPointer { b in
-            guard b.count >= 6 else { return false }
-            var i = 0
-            while i <= b.count - 6 {
-                if b[i] == 0x5C && b[i + 1] == 0x75 && b[i + 2] == 0x30 && b[i + 3] == 0x30 && b[i + 4] == 0x30
-                    && b[i + 5] == 0x30 { return true }
-                i += 1
-            }
-            return false
+        bytes.withUnsafeBufferPointer(containsEscapedNUL)
+    }
+
+    static func containsEscapedNUL(_ b: UnsafeBufferPointer<UInt8>) -> Bool {
+        guard b.count >= 6 else { return false }
+        var i = 0
+        while i <= b.count - 6 {
+            if b[i] == 0x5C && b[i + 1] == 0x75 && b[i + 2] == 0x30 && b[i + 3] == 0x30 && b[i + 4] == 0x30
+                && b[i + 5] == 0x30 { return true }
+            i += 1
         }
+        return false
     }
 
     /// The same document with NUL characters removed from every string and key (jsonb cannot store `\u0000`).

@@ -44,8 +44,10 @@ public struct EventApplier: Sendable {
 
     /// The database-independent part of a batch (ordering, the JSON text of every payload): the sink prepares the
     /// next batch while the current one is written.
-    public func prepare(_ events: [EntitlementEvent]) -> PreparedBatch {
-        PreparedBatch(plan: BatchPlan(events: events))
+    /// `documents[i]`, when given, is the text of the documents `events[i]` embeds as its record carried them
+    /// (stored as it came instead of being written again).
+    public func prepare(_ events: [EntitlementEvent], documents: [EventDocumentTexts]? = nil) -> PreparedBatch {
+        PreparedBatch(plan: BatchPlan(events: events, documents: documents))
     }
 
     public func apply(_ batch: PreparedBatch, connection: PostgresConnection, logger: Logger) async throws -> ApplyOutcome {
@@ -87,17 +89,20 @@ struct BatchPlan: Sendable {
     /// By eventId (the first event of an id wins, as in the writes).
     let texts: [String: EventTexts]
 
-    init(events: [EntitlementEvent]) {
+    init(events: [EntitlementEvent], documents: [EventDocumentTexts]? = nil) {
         // Stable order by signedDate: within a key, events apply in signing order; ties keep delivery order.
-        self.events = events.enumerated()
-            .sorted { ($0.element.signedDate, $0.offset) < ($1.element.signedDate, $1.offset) }
-            .map(\.element)
+        let order = events.indices.sorted { (events[$0].signedDate, $0) < (events[$1].signedDate, $1) }
+        self.events = order.map { events[$0] }
         var texts: [String: EventTexts] = [:]
         texts.reserveCapacity(events.count)
-        for e in self.events where texts[e.eventId] == nil {
+        for i in order where texts[events[i].eventId] == nil {
+            let e = events[i]
+            let d = documents.flatMap { i < $0.count ? $0[i] : nil }
             var t = EventTexts(
-                transaction: Self.jsonText(e.transaction), renewalInfo: Self.jsonText(e.renewalInfo),
-                appTransaction: Self.jsonText(e.appTransaction), details: Self.jsonText(e.details))
+                transaction: Self.jsonText(d?.transaction, e.transaction),
+                renewalInfo: Self.jsonText(d?.renewalInfo, e.renewalInfo),
+                appTransaction: Self.jsonText(d?.appTransaction, e.appTransaction),
+                details: Self.jsonText(d?.details, e.details))
             // The notification's payload embeds the same documents: their text is reused, not written again.
             t.notification = e.notification.map { Self.notificationPayload(e, $0, parts: t) }
             texts[e.eventId] = t

@@ -43,8 +43,12 @@ extension SinkService {
         public var detail: String
     }
 
-    /// Records decoded: the events in order, and those refused with their reason.
-    typealias DecodedPart = (accepted: [(SinkRecord, EntitlementEvent)], refused: [(SinkRecord, SinkRejection, String)])
+    /// Records decoded: the events in order (`documents[i]`: the document texts of `accepted[i]`'s record), and those
+    /// refused with their reason.
+    typealias DecodedPart = (
+        accepted: [(SinkRecord, EntitlementEvent)], documents: [EventDocumentTexts],
+        refused: [(SinkRecord, SinkRejection, String)]
+    )
 
     /// A batch decoded and prepared for the database (done while the previous batch is written).
     struct DecodedBatch: Sendable {
@@ -54,11 +58,13 @@ extension SinkService {
 
         /// The parts in order, as one batch, its statements prepared.
         init(_ parts: [DecodedPart], applier: EventApplier) {
+            var documents: [EventDocumentTexts] = []
             for part in parts {
                 accepted += part.accepted
+                documents += part.documents
                 refused += part.refused
             }
-            prepared = applier.prepare(accepted.map(\.1))
+            prepared = applier.prepare(accepted.map(\.1), documents: documents)
         }
     }
 
@@ -68,35 +74,41 @@ extension SinkService {
 
     static func decodeRecords(_ records: [SinkRecord]) async -> DecodedPart {
         var accepted: [(SinkRecord, EntitlementEvent)] = []
+        var documents: [EventDocumentTexts] = []
         var refused: [(SinkRecord, SinkRejection, String)] = []
         for (record, result) in zip(records, await decodeAll(records)) {
             switch result {
-            case .success(let event): accepted.append((record, event))
+            case .success(let decoded):
+                accepted.append((record, decoded.event))
+                documents.append(decoded.documents)
             case .failure(let failure): refused.append((record, failure.reason, failure.detail))
             }
         }
-        return (accepted, refused)
+        return (accepted, documents, refused)
     }
 
     /// Decodes records on all cores (JSON decoding is a third of the batch time), keeping their order.
-    static func decodeAll(_ records: [SinkRecord]) async -> [Result<EntitlementEvent, DecodeFailure>] {
+    static func decodeAll(_ records: [SinkRecord]) async -> [Result<DecodedEvent, DecodeFailure>] {
         let workers = max(1, min(ProcessInfo.processInfo.activeProcessorCount, records.count / 256))
         if workers == 1 { return records.map(decode) }
         let size = (records.count + workers - 1) / workers
-        return await withTaskGroup(of: (Int, [Result<EntitlementEvent, DecodeFailure>]).self) { group in
+        return await withTaskGroup(of: (Int, [Result<DecodedEvent, DecodeFailure>]).self) { group in
             for start in stride(from: 0, to: records.count, by: size) {
                 let slice = Array(records[start..<min(start + size, records.count)])
                 group.addTask { (start, slice.map(decode)) }
             }
-            var parts: [(Int, [Result<EntitlementEvent, DecodeFailure>])] = []
+            var parts: [(Int, [Result<DecodedEvent, DecodeFailure>])] = []
             for await part in group { parts.append(part) }
             return parts.sorted { $0.0 < $1.0 }.flatMap(\.1)
         }
     }
 
-    public static func decode(_ record: SinkRecord) -> Result<EntitlementEvent, DecodeFailure> {
+    /// An event and the text of the documents it embeds, as its record carries them.
+    public typealias DecodedEvent = (event: EntitlementEvent, documents: EventDocumentTexts)
+
+    public static func decode(_ record: SinkRecord) -> Result<DecodedEvent, DecodeFailure> {
         // The domain's own decoder (the inverse of what the workers write), several times faster than JSONDecoder.
-        EntitlementEvent.decodeForSink(record.value).mapError { failure in
+        EntitlementEvent.decodeForSink(record.value, keepingDocumentTexts: true).mapError { failure in
             DecodeFailure(reason: SinkRejection(rawValue: failure.reason) ?? .undecodable, detail: failure.detail)
         }
     }

@@ -22,6 +22,19 @@ import Testing
         #expect(throws: JSONParseError.self) { try JSONValue.parse(text) }
     }
 
+    @Test("the byte ranges of chosen top-level members' values, exactly as they appear; nested members are not")
+    func recordsTopLevelValueRanges() throws {
+        let text = #"{"x": {"b" : [1, 2], "a":"\u00e9"} ,"n":{"x":1},"y":null, "z" : 3}"#
+        let bytes = Array(text.utf8)
+        let (value, ranges) = try JSONValue.parse(bytes: bytes, recordingTopLevel: ["x", "z", "missing", "y"])
+        #expect(value == (try JSONValue.parse(text)))
+        let slices = ranges.map { $0.map { String(decoding: bytes[$0], as: UTF8.self) } }
+        #expect(slices == [#"{"b" : [1, 2], "a":"\u00e9"}"#, "3", nil, "null"])
+        // Not an object at the top: nothing recorded, and errors are the parser's own.
+        #expect(try JSONValue.parse(bytes: Array("[1]".utf8), recordingTopLevel: ["x"]).ranges == [nil])
+        #expect(throws: JSONParseError.self) { try JSONValue.parse(bytes: Array(#"{"x":1,"x":2}"#.utf8), recordingTopLevel: ["x"]) }
+    }
+
     @Test func rejectsDuplicateKeys() {
         do {
             _ = try JSONValue.parse(#"{"bundleId":"a","bundleId":"b"}"#)

@@ -105,6 +105,43 @@ struct ApplierTests {
         }
     }
 
+    @Test("documents stored as their records carried them give the same rows as documents written again")
+    func documentTextsFromRecords() async throws {
+        // The sink stores the text of each embedded document as the worker wrote it (`EventDocumentTexts`) instead
+        // of serializing the parsed document again; a text holding an escaped NUL is still written again without it.
+        var stream = mixedStream()
+        var awkward = makeEvent("awkward-nul", kind: "SUBSCRIPTION_RENEWED", effect: .extend, signed: baseTime + 3 * day,
+                                validUntil: baseTime + 40 * day, notificationType: "DID_RENEW", uuid: "uuid-awkward")
+        awkward.renewalInfo = .object(["autoRenewStatus": .integer(1), "note": .string("back\u{0}slash \"q\" 1.0")])
+        awkward.details = .object(["ratio": .number(1.5), "whole": .number(2.0), "list": .array([.null, .bool(true)])])
+        stream.append(awkward)
+        let records = stream.map { e in
+            SinkRecord(topic: "t", partition: 0, offset: 0, key: nil, value: e.jsonBytes(), headers: [])
+        }
+        let decoded = try records.map { try SinkService.decode($0).get() }
+        #expect(decoded.map(\.event) == stream)
+        #expect(decoded.last?.documents.renewalInfo?.contains("\\u0000") == true, "the NUL case is exercised")
+        let written = try await TestPostgres.shared.freshDatabase()
+        let kept = try await TestPostgres.shared.freshDatabase()
+        var expected: [String: String] = [:]
+        try await onDatabase(written) { (c: PostgresConnection) async throws in
+            for batch in chunks(stream, of: 7) { _ = try await applier.apply(batch, connection: c, logger: testLogger) }
+            expected = try await stateDump(c)
+        }
+        try await onDatabase(kept) { (c: PostgresConnection) async throws in
+            for batch in chunks(decoded, of: 7) {
+                let prepared = applier.prepare(batch.map(\.event), documents: batch.map(\.documents))
+                _ = try await applier.apply(prepared, connection: c, logger: testLogger)
+            }
+            let dump = try await stateDump(c)
+            #expect(dump["entitlement_events"]?.split(separator: "\n").count == stream.count)
+            for table in dumpedTables where table != "schema_migrations" {
+                #expect(dump[table] == expected[table], "\(table) differs")
+            }
+            #expect(try await scalar(c, "SELECT renewal_info->>'note' FROM entitlement_events WHERE event_id = 'awkward-nul'", as: String.self) == "backslash \"q\" 1.0")
+        }
+    }
+
     @Test("a DID_RENEW signed before a REFUND but delivered after it does not re-activate; REFUND_REVERSED restores")
     func outOfOrder() async throws {
         let url = try await TestPostgres.shared.freshDatabase()
@@ -340,6 +377,31 @@ struct ApplierTests {
 
 @Suite("Batch preparation (no database)")
 struct BatchPreparationTests {
+    @Test("a document's text from its record is stored as it came, unless it holds an escaped NUL")
+    func documentTextsUsedAsTheyCame() throws {
+        var e = makeEvent("texts", kind: "SUBSCRIPTION_RENEWED", effect: .extend, signed: baseTime, validFrom: baseTime,
+                          validUntil: baseTime + day, notificationType: "DID_RENEW", uuid: "uuid-texts")
+        e.renewalInfo = .object(["note": .string("back\u{0}slash")])
+        // A record whose transaction text has a space the sink's own writer would not write: the text kept is the
+        // record's.
+        let wire = String(decoding: e.jsonBytes(), as: UTF8.self)
+        #expect(wire.contains(#""transaction":{""#))
+        let spaced = wire.replacingOccurrences(of: #""transaction":{""#, with: #""transaction":{ ""#)
+        let record = SinkRecord(topic: "t", partition: 0, offset: 0, key: nil, value: Array(spaced.utf8), headers: [])
+        let (event, documents) = try SinkService.decode(record).get()
+        #expect(event == e)
+        let transactionText = try #require(documents.transaction)
+        #expect(transactionText.hasPrefix("{ \"") && spaced.contains(transactionText))
+        let plan = BatchPlan(events: [event], documents: [documents])
+        let texts = try #require(plan.texts["texts"])
+        #expect(texts.transaction == transactionText)
+        #expect(texts.renewalInfo == BatchPlan.jsonText(event.renewalInfo), "written again, without the NUL")
+        #expect(texts.renewalInfo?.contains("\\u0000") == false)
+        #expect(texts.appTransaction == nil && texts.details == nil)
+        let a = try JSONValue.parse(bytes: Array(try #require(texts.notification).utf8))
+        #expect(a["transaction"] == event.transaction && a["renewalInfo"]?["note"]?.stringValue == "backslash")
+    }
+
     @Test("the notification payload spliced from pre-written parts is the same document as one written whole")
     func splicedNotificationPayload() throws {
         var e = makeEvent("splice", kind: "SUBSCRIPTION_RENEWED", effect: .extend, signed: baseTime, validFrom: baseTime,
