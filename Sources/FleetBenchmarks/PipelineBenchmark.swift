@@ -135,35 +135,15 @@ public struct PipelineBenchmark: Sendable {
         return out
     }
 
-    /// Returns once `table` holds at least `n` rows. `count(*)` scans the table, so while many rows are missing it
-    /// is asked again only after half the time the rest should take at the rate seen so far (at most 250 ms), and
-    /// every 20 ms near the end, which keeps the end time's resolution. Counting every 20 ms throughout, the
-    /// benchmark's own queries took a noticeable share of PostgreSQL's CPU during the burst (see
-    /// `rowPollDelay`).
     private func waitForRows(_ db: PostgresConnection, table: String, atLeast n: Int, timeout: Duration) async throws {
         let deadline = ContinuousClock.now + timeout
-        var last: (rows: Int, at: ContinuousClock.Instant)?
         while ContinuousClock.now < deadline {
-            var rows = 0
             for try await row in try await db.query(PostgresQuery(unsafeSQL: "SELECT count(*) FROM \(table)"), logger: Logger(label: "bench")) {
-                rows = Int(try row.decode(Int64.self))
+                if try row.decode(Int64.self) >= n { return }
             }
-            if rows >= n { return }
-            let now = ContinuousClock.now
-            let delay = Self.rowPollDelay(missing: n - rows, since: last.map { (rows - $0.rows, now - $0.at) })
-            last = (rows, now)
-            try await Task.sleep(for: delay)
+            try await Task.sleep(for: .milliseconds(20))
         }
         throw DemoError("fewer than \(n) rows in \(table) after \(timeout)")
-    }
-
-    /// The wait before counting again: half the time the `missing` rows need at the rate of the last interval
-    /// (`progress`: rows added and time taken), between 20 and 250 ms; 20 ms while no rate is known.
-    static func rowPollDelay(missing: Int, since progress: (rows: Int, elapsed: Duration)?) -> Duration {
-        let fine = Duration.milliseconds(20), coarse = Duration.milliseconds(250)
-        guard let progress, progress.rows > 0, progress.elapsed > .zero else { return fine }
-        let perRow = progress.elapsed / progress.rows
-        return min(coarse, max(fine, perRow * missing / 2))
     }
 
     static func pollProbes(_ db: PostgresConnection, probes: ProbeSet, logger: Logger) async throws {
