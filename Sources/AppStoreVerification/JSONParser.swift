@@ -440,19 +440,28 @@ extension JSONValue {
 
     public static func writeString(_ s: String, into out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
-        for c in s.utf8 {
-            switch c {
-            case 0x22: out.append(contentsOf: [0x5C, 0x22])
-            case 0x5C: out.append(contentsOf: [0x5C, 0x5C])
-            case 0x0A: out.append(contentsOf: [0x5C, UInt8(ascii: "n")])
-            case 0x0D: out.append(contentsOf: [0x5C, UInt8(ascii: "r")])
-            case 0x09: out.append(contentsOf: [0x5C, UInt8(ascii: "t")])
-            case 0..<0x20:
-                out.append(contentsOf: [0x5C, UInt8(ascii: "u"), 0x30, 0x30])
-                out.append(hexDigits[Int(c >> 4)])
-                out.append(hexDigits[Int(c & 0xF)])
-            default: out.append(c)
+        var s = s
+        // Runs of bytes that need no escape are copied whole (most strings are one such run).
+        s.withUTF8 { b in
+            var start = 0
+            for i in 0..<b.count {
+                let c = b[i]
+                guard c == 0x22 || c == 0x5C || c < 0x20 else { continue }
+                if i > start { out.append(contentsOf: UnsafeBufferPointer(rebasing: b[start..<i])) }
+                switch c {
+                case 0x22: out.append(contentsOf: [0x5C, 0x22])
+                case 0x5C: out.append(contentsOf: [0x5C, 0x5C])
+                case 0x0A: out.append(contentsOf: [0x5C, UInt8(ascii: "n")])
+                case 0x0D: out.append(contentsOf: [0x5C, UInt8(ascii: "r")])
+                case 0x09: out.append(contentsOf: [0x5C, UInt8(ascii: "t")])
+                default:
+                    out.append(contentsOf: [0x5C, UInt8(ascii: "u"), 0x30, 0x30])
+                    out.append(hexDigits[Int(c >> 4)])
+                    out.append(hexDigits[Int(c & 0xF)])
+                }
+                start = i + 1
             }
+            if start < b.count { out.append(contentsOf: UnsafeBufferPointer(rebasing: b[start..<b.count])) }
         }
         out.append(UInt8(ascii: "\""))
     }

@@ -62,6 +62,21 @@ import Testing
         #expect(try JSONValue.parse(v.serialized()) == v)
     }
 
+    @Test("strings are escaped wherever the characters to escape stand: first, last, alone, side by side")
+    func escapesStringsAtEveryPosition() throws {
+        let cases: [(String, String)] = [
+            ("", #""""#), ("plain é😀", #""plain é😀""#), ("\"", #""\"""#), ("a\\", #""a\\""#),
+            ("\nab\tc\r", #""\nab\tc\r""#), ("\u{1}\u{1f}x\u{0}", #""\u0001\u001fx\u0000""#),
+            ("\"\"\\", #""\"\"\\""#), ("/<>", #""/<>""#),
+        ]
+        for (string, json) in cases {
+            var out: [UInt8] = []
+            JSONValue.writeString(string, into: &out)
+            #expect(String(decoding: out, as: UTF8.self) == json)
+            #expect(try JSONValue.parse(json) == .string(string))
+        }
+    }
+
     @Test func writesMembersInTheRequestedOrder() throws {
         let v = try JSONValue.parse(#"{"type":"x","bid":1,"a":{"zz":true,"b":null,"ccc":[{"yy":1,"x":2}]},"bundleId":"c","ab":0}"#)
         // jsonb's order: shorter keys first, then byte order, at every depth.
