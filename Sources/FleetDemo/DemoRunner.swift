@@ -105,8 +105,9 @@ public final class DemoRunner: @unchecked Sendable {
                 "--environment", options.traffic.environment.rawValue, "--app-apple-id", String(options.traffic.appAppleId),
                 "--products", productsPath, "--metrics-port", String(port), "--threads", String(options.threadsPerWorker),
                 "--shutdown-deadline-seconds", "10",
-                // Commit stored offsets often so the publisher's backlog gate sees progress promptly.
-                "--kafka-property", "auto.commit.interval.ms=250",
+                // Commit stored offsets often so the publisher's backlog gate sees progress promptly (at 250 ms, with
+                // the gate's own 100 ms wait, the burst's publisher stopped while the workers' partitions ran dry).
+                "--kafka-property", "auto.commit.interval.ms=100",
             ] + Self.mockFetchProperties + Self.mockProducerProperties)
         }
         // The front door: demo traffic goes through `fleet ingest` over HTTP (DemoIngest.swift).
