@@ -67,6 +67,12 @@ public final class ThrowawayPostgres: Sendable {
         self.binDirectory = try Self.findBinaries()
         self.runAsPostgresUser = getuid() == 0
         self.database = database
+        // Below the kernel's ephemeral range, like every port the demo stack picks (`Loopback.freePort`): a port the
+        // kernel hands out for bind(0) may also become the local port of an outgoing connection before PostgreSQL
+        // binds it.
+        let port = Loopback.freePort()
+        guard port > 0 else { throw Failure.io("no free loopback port for PostgreSQL") }
+        self.port = port
         var template = Array((NSTemporaryDirectory() + "/fleet-pg-XXXXXX").utf8CString)
         let made: String? = template.withUnsafeMutableBufferPointer { buffer in
             guard let base = buffer.baseAddress, mkdtemp(base) != nil else { return nil }
@@ -74,7 +80,6 @@ public final class ThrowawayPostgres: Sendable {
         }
         guard let made else { throw Failure.io("cannot create a temporary directory: errno \(errno)") }
         self.directory = made
-        self.port = try Self.freeLoopbackPort()
         do {
             if runAsPostgresUser {
                 guard let pw = getpwnam("postgres") else { throw Failure.noPostgresUser }
@@ -185,26 +190,6 @@ public final class ThrowawayPostgres: Sendable {
 
     private static func hasServerBinaries(_ dir: String) -> Bool {
         ["initdb", "pg_ctl", "postgres"].allSatisfy { FileManager.default.isExecutableFile(atPath: dir + "/" + $0) }
-    }
-
-    static func freeLoopbackPort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw Failure.io("socket() failed: errno \(errno)") }
-        defer { close(fd) }
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_port = 0
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let bound = withUnsafePointer(to: &addr) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard bound == 0 else { throw Failure.io("bind() failed: errno \(errno)") }
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let named = withUnsafeMutablePointer(to: &addr) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-        }
-        guard named == 0 else { throw Failure.io("getsockname() failed: errno \(errno)") }
-        return Int(UInt16(bigEndian: addr.sin_port))
     }
 
     /// Runs a server binary (as the postgres user when root) with posix_spawn + waitpid. Foundation's `Process`
