@@ -159,6 +159,10 @@ struct BatchPlan: Sendable {
 
     /// Whether a rolled-back batch failed because some of its events were already stored: the insert written for
     /// new events only (no ON CONFLICT, so no extra probe of the 64-character key per event) met one.
+    static func isAbortedTransaction(_ error: any Error) -> Bool {
+        (error as? PSQLError)?.serverInfo?[.sqlState] == "25P02"
+    }
+
     static func metStoredEvents(_ error: PostgresTransactionError) -> Bool {
         guard let server = (error.closureError as? PSQLError)?.serverInfo else { return false }
         return server[.sqlState] == "23505" && server[.constraintName] == "entitlement_events_pkey"
@@ -209,14 +213,39 @@ struct BatchPlan: Sendable {
         if fresh.isEmpty { return outcome }
 
         phase("dups")
-        // 3. Current entitlement rows and ledger entries for the keys touched.
-        let entitlements = try await loadEntitlements(
+        // The statements go to the connection's queue as soon as nothing they need is missing, so that PostgreSQL
+        // runs them back to back: PostgresNIO sends a queued statement the moment the one before completes, while
+        // this task decodes and folds. (Awaited one by one, PostgreSQL sat idle for about a quarter of each batch.)
+        // Built before the transaction unless some events of the batch were already stored.
+        let writes = !checkStored && fresh.count == events.count
+            ? allNew : Statements(events: fresh, texts: texts, storedEvents: checkStored ? .skip : .fail)
+
+        // 3. Current entitlement rows and ledger entries for the keys touched: read whole (raw rows), so that the
+        // writes below start while they are decoded.
+        let entitlementRows = try await readEntitlements(
             keys: Set(fresh.compactMap(\.entitlementKey)), subscriptions: Set(fresh.compactMap(\.subscriptionKey)),
             tx: tx, logger: logger)
-        let ledgers = try await loadLedgers(keys: Set(fresh.compactMap(\.ledgerKey)), tx: tx, logger: logger)
+        let ledgerRows = try await readLedgers(keys: Set(fresh.compactMap(\.ledgerKey)), tx: tx, logger: logger)
 
+        // 4. Notifications and transaction facts depend on nothing read: queued now. They never conflict with the
+        // events insert's check (a redelivered event fails that insert and the whole transaction is rolled back).
+        async let notifications: Int? = writes.notifications.map { query in
+            { try await count(tx.query(query, logger: logger)) }
+        }?()
+        async let transactions: (Int, Int)? = writes.transactions.map { query in
+            {
+                var written = (0, 0)
+                for try await (versions, current) in try await tx.query(query, logger: logger).decode((Int64, Int64).self) {
+                    written = (Int(versions), Int(current))
+                }
+                return written
+            }
+        }?()
+
+        let entitlements = try decodeEntitlements(entitlementRows)
+        let ledgers = try decodeLedgers(ledgerRows)
         phase("load")
-        // 4. The entitlement rules (pure Swift, EntitlementRules).
+        // 5. The entitlement rules (pure Swift, EntitlementRules).
         let decision = EntitlementRules.fold(fresh, entitlements: entitlements, ledgers: ledgers)
         let statuses = decision.statuses
         for (event, status) in zip(fresh, statuses) {
@@ -227,41 +256,44 @@ struct BatchPlan: Sendable {
             case .duplicate: outcome.duplicate += 1
             }
         }
-
         phase("fold")
-        // 5. Writes (built before the transaction unless some events of the batch were already stored). The events
-        // first: when they were assumed new, their insert proves it before anything else is written.
-        let writes = !checkStored && fresh.count == events.count
-            ? allNew : Statements(events: fresh, texts: texts, storedEvents: checkStored ? .skip : .fail)
-        if let statement = writes.events {
-            outcome.rowsWritten["entitlement_events"] = try await count(tx.query(statement.query(statuses: statuses), logger: logger))
+
+        // 6. The writes that depend on the fold, queued together behind the others.
+        async let eventRows: Int? = writes.events.map { statement in
+            { try await count(tx.query(statement.query(statuses: statuses), logger: logger)) }
+        }?()
+        async let entitlementRowsWritten = writeEntitlements(decision.changedRows, tx: tx, logger: logger)
+        async let ledgerRowsWritten = writeLedger(decision.newLedgerEntries, tx: tx, logger: logger)
+        // Every queued statement is awaited. The error thrown is the one PostgreSQL met first: a statement queued
+        // behind a failed one only reports that the transaction is aborted (25P02), and the events insert's unique
+        // violation must surface as itself for `metStoredEvents`.
+        var failure: (any Error)?
+        func keep(_ error: any Error) {
+            if failure == nil || (Self.isAbortedTransaction(failure!) && !Self.isAbortedTransaction(error)) { failure = error }
         }
-        phase("events")
-        if let query = writes.notifications {
-            outcome.rowsWritten["notifications"] = try await count(tx.query(query, logger: logger))
-        }
-        phase("notifications")
-        if let query = writes.transactions {
-            for try await (versions, current) in try await tx.query(query, logger: logger).decode((Int64, Int64).self) {
-                outcome.rowsWritten["transaction_versions"] = Int(versions)
-                outcome.rowsWritten["transactions"] = Int(current)
+        do { if let n = try await notifications { outcome.rowsWritten["notifications"] = n } } catch { keep(error) }
+        do {
+            if let (versions, current) = try await transactions {
+                outcome.rowsWritten["transaction_versions"] = versions
+                outcome.rowsWritten["transactions"] = current
             }
-        }
-        phase("transactions")
-        outcome.rowsWritten["entitlements"] = try await writeEntitlements(decision.changedRows, tx: tx, logger: logger)
-        phase("entitlements")
-        outcome.rowsWritten["consumable_ledger"] = try await writeLedger(decision.newLedgerEntries, tx: tx, logger: logger)
-        phase("ledger")
+        } catch { keep(error) }
+        phase("notifications+transactions")
+        do { if let n = try await eventRows { outcome.rowsWritten["entitlement_events"] = n } } catch { keep(error) }
+        do { outcome.rowsWritten["entitlements"] = try await entitlementRowsWritten } catch { keep(error) }
+        do { outcome.rowsWritten["consumable_ledger"] = try await ledgerRowsWritten } catch { keep(error) }
+        if let failure { throw failure }
+        phase("events+entitlements+ledger")
         return outcome
     }
 
     // MARK: reads
 
     /// The rows of the keys touched, plus every row of the subscriptions touched (for `supersedeOtherTiers`).
-    private func loadEntitlements(
+    private func readEntitlements(
         keys: Set<EntitlementKey>, subscriptions: Set<SubscriptionKey>, tx: PostgresConnection, logger: Logger
-    ) async throws -> [EntitlementKey: EntitlementRow] {
-        guard !keys.isEmpty else { return [:] }
+    ) async throws -> [PostgresRow] {
+        guard !keys.isEmpty else { return [] }
         let list = Array(keys)
         let subs = Array(subscriptions)
         var b = ColumnBinds()
@@ -293,8 +325,13 @@ struct BatchPlan: Sendable {
                 WHERE x.environment = s.environment AND x.original_transaction_id = s.original_transaction_id OFFSET 0
             ) AS e
             """), logger: logger)
+        return try await rows.collect()
+    }
+
+    private func decodeEntitlements(_ rows: [PostgresRow]) throws -> [EntitlementKey: EntitlementRow] {
         var result: [EntitlementKey: EntitlementRow] = [:]
-        for try await row in rows {
+        result.reserveCapacity(rows.count)
+        for row in rows {
             let (environment, subject, entitlement, active, productId, original, transaction) =
                 try row.decode((String, String, String, Bool, String?, String?, String?).self)
             let r = row.makeRandomAccess()
@@ -309,16 +346,16 @@ struct BatchPlan: Sendable {
         return result
     }
 
-    private func loadLedgers(
+    /// The ledger entries of the keys touched, and the newest consumable RESTORE event of each.
+    private func readLedgers(
         keys: Set<LedgerKey>, tx: PostgresConnection, logger: Logger
-    ) async throws -> [LedgerKey: LedgerState] {
-        guard !keys.isEmpty else { return [:] }
+    ) async throws -> (entries: [PostgresRow], restores: [PostgresRow]) {
+        guard !keys.isEmpty else { return ([], []) }
         let list = Array(keys)
         var b = ColumnBinds()
         let env = b.add(list.map(\.environment))
         let txn = b.add(list.map(\.transactionId))
-        var result: [LedgerKey: LedgerState] = [:]
-        let rows = try await tx.query(b.query("""
+        let entries = try await tx.query(b.query("""
             SELECT l.environment, l.transaction_id, l.entry, l.revocation_key, (l.amount * 100000)::bigint,
                    l.signed_date_ms, l.subject, l.product_id, l.original_transaction_id, l.event_id
             FROM unnest(\(env)::text[], \(txn)::text[]) AS k(environment, transaction_id)
@@ -327,15 +364,7 @@ struct BatchPlan: Sendable {
                 WHERE x.environment = k.environment AND x.transaction_id = k.transaction_id OFFSET 0
             ) AS l
             ORDER BY l.signed_date_ms, l.entry, l.revocation_key
-            """), logger: logger)
-        for try await (environment, transactionId, entry, key, amount, signed, subject, product, original, eventId)
-            in rows.decode((String, String, String, String, Int64, Int64, String, String?, String?, String).self)
-        {
-            result[LedgerKey(environment: environment, transactionId: transactionId), default: LedgerState()]
-                .entries.append(LedgerEntry(
-                    entry: entry, revocationKey: key, scaledAmount: amount, signedDate: signed, subject: subject,
-                    productId: product, originalTransactionId: original, eventId: eventId))
-        }
+            """), logger: logger).collect()
         let restores = try await tx.query(b.query("""
             SELECT ev.environment, ev.transaction_id, max(ev.signed_date_ms)
             FROM unnest(\(env)::text[], \(txn)::text[]) AS k(environment, transaction_id)
@@ -345,8 +374,22 @@ struct BatchPlan: Sendable {
                   AND x.effect = 'RESTORE' AND x.product_type = 'Consumable' OFFSET 0
             ) AS ev
             GROUP BY ev.environment, ev.transaction_id
-            """), logger: logger)
-        for try await (environment, transactionId, signed) in restores.decode((String, String, Int64).self) {
+            """), logger: logger).collect()
+        return (entries, restores)
+    }
+
+    private func decodeLedgers(_ rows: (entries: [PostgresRow], restores: [PostgresRow])) throws -> [LedgerKey: LedgerState] {
+        var result: [LedgerKey: LedgerState] = [:]
+        for row in rows.entries {
+            let (environment, transactionId, entry, key, amount, signed, subject, product, original, eventId) =
+                try row.decode((String, String, String, String, Int64, Int64, String, String?, String?, String).self)
+            result[LedgerKey(environment: environment, transactionId: transactionId), default: LedgerState()]
+                .entries.append(LedgerEntry(
+                    entry: entry, revocationKey: key, scaledAmount: amount, signedDate: signed, subject: subject,
+                    productId: product, originalTransactionId: original, eventId: eventId))
+        }
+        for row in rows.restores {
+            let (environment, transactionId, signed) = try row.decode((String, String, Int64).self)
             result[LedgerKey(environment: environment, transactionId: transactionId), default: LedgerState()]
                 .latestRestore = signed
         }

@@ -92,6 +92,39 @@ struct ServiceTests {
         }
     }
 
+    @Test("an event PostgreSQL refuses (a date beyond timestamptz) goes to the sink-rejected topic; the rest of its batch is written")
+    func databaseRefusesOneEvent() async throws {
+        let url = try await TestPostgres.shared.freshDatabase()
+        let first = makeEvent("first", kind: "SUBSCRIPTION_STARTED", effect: .grant, signed: baseTime,
+                              validUntil: baseTime + day, notificationType: "SUBSCRIBED")
+        // Its expiresDate fails the transaction facts' insert, a statement queued behind others and ahead of the
+        // events insert: the error PostgreSQL met (22008) must be the one the sink acts on, not the "transaction
+        // aborted" (25P02) of the statements queued after it.
+        let beyond = makeEvent("beyond", kind: "SUBSCRIPTION_STARTED", effect: .grant, signed: baseTime + 1,
+                               subject: "otx-2", transactionId: "tx-2", originalTransactionId: "otx-2",
+                               validUntil: 900_000_000_000_000_000, notificationType: "SUBSCRIBED")
+        let last = makeEvent("last", kind: "SUBSCRIPTION_STARTED", effect: .grant, signed: baseTime + 2,
+                             subject: "otx-3", transactionId: "tx-3", originalTransactionId: "otx-3",
+                             validUntil: baseTime + day, notificationType: "SUBSCRIBED")
+        let input = records([first, beyond, last])
+        let source = MemorySource(input)
+        let rejects = MemoryRejects()
+        let service = SinkService(configuration: .init(databaseURL: try DatabaseURL(url), initialBackoff: .milliseconds(10)),
+                                  source: source, rejected: rejects, logger: testLogger)
+        let task = Task { try await service.run() }
+        try await waitUntil(timeout: .seconds(30)) { source.marked.count == input.count }
+        task.cancel()
+        _ = try? await task.value
+        #expect(rejects.rejected.map(\.offset) == [1])
+        #expect(rejects.rejected.first?.reason == "database_rejected")
+        #expect(rejects.rejected.first?.detail.contains("22008") == true)
+        try await onDatabase(url) { (c: PostgresConnection) async throws in
+            #expect(try await scalar(c, "SELECT count(*) FROM entitlement_events", as: Int64.self) == 2)
+            #expect(try await scalar(c, "SELECT count(*) FROM notifications", as: Int64.self) == 2)
+            #expect(try await scalar(c, "SELECT count(*) FROM entitlements WHERE active", as: Int64.self) == 2)
+        }
+    }
+
     @Test("PostgreSQL stopped for several seconds mid-stream: not ready, retries, then every event written exactly once")
     func databaseOutage() async throws {
         // Its own server: stopping the shared one would disturb tests running in parallel.
