@@ -71,6 +71,7 @@ struct Worker: AsyncParsableCommand {
     @OptionGroup var verification: VerificationOptions
 
     func run() async throws {
+        MemoryTuning.fixMmapThreshold(environment: ProcessInfo.processInfo.environment)
         let settings: FleetSettings
         do {
             settings = try await FleetSettings(section: "worker", configFile: service.config)
