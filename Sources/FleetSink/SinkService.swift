@@ -162,7 +162,7 @@ public final class SinkService: Service, Sendable {
                     (records, decoded) = try await next.value
                 } else {
                     records = try await source.nextBatch(maxRecords: configuration.maxBatchSize)
-                    decoded = await Self.decodeBatch(records, applier: applier)
+                    decoded = Self.decodeBatch(records, applier: applier)
                 }
                 if records.isEmpty {
                     // Idle: probe the database now and then so that readiness notices an outage without traffic.
