@@ -213,9 +213,10 @@ struct BatchPlan: Sendable {
         if fresh.isEmpty { return outcome }
 
         phase("dups")
-        // The statements go to the connection's queue as soon as nothing they need is missing, so that PostgreSQL
-        // runs them back to back: PostgresNIO sends a queued statement the moment the one before completes, while
-        // this task decodes and folds. (Awaited one by one, PostgreSQL sat idle for about a quarter of each batch.)
+        // The statements go to the connection's queue as soon as nothing they need is missing: PostgresNIO sends a
+        // queued statement the moment the one before completes, so PostgreSQL runs the writes while this task decodes
+        // the rows read and folds, instead of waiting for each statement to be sent after the previous one's answer
+        // (`bench sink`, alternated with the one-by-one build: 12,721-14,058 vs 10,704-13,916 events/s).
         // Built before the transaction unless some events of the batch were already stored.
         let writes = !checkStored && fresh.count == events.count
             ? allNew : Statements(events: fresh, texts: texts, storedEvents: checkStored ? .skip : .fail)
@@ -229,18 +230,8 @@ struct BatchPlan: Sendable {
 
         // 4. Notifications and transaction facts depend on nothing read: queued now. They never conflict with the
         // events insert's check (a redelivered event fails that insert and the whole transaction is rolled back).
-        async let notifications: Int? = writes.notifications.map { query in
-            { try await count(tx.query(query, logger: logger)) }
-        }?()
-        async let transactions: (Int, Int)? = writes.transactions.map { query in
-            {
-                var written = (0, 0)
-                for try await (versions, current) in try await tx.query(query, logger: logger).decode((Int64, Int64).self) {
-                    written = (Int(versions), Int(current))
-                }
-                return written
-            }
-        }?()
+        async let notifications = writeCounted(writes.notifications, tx: tx, logger: logger)
+        async let transactions = writeTransactions(writes.transactions, tx: tx, logger: logger)
 
         let entitlements = try decodeEntitlements(entitlementRows)
         let ledgers = try decodeLedgers(ledgerRows)
@@ -259,9 +250,7 @@ struct BatchPlan: Sendable {
         phase("fold")
 
         // 6. The writes that depend on the fold, queued together behind the others.
-        async let eventRows: Int? = writes.events.map { statement in
-            { try await count(tx.query(statement.query(statuses: statuses), logger: logger)) }
-        }?()
+        async let eventRows = writeCounted(writes.events?.query(statuses: statuses), tx: tx, logger: logger)
         async let entitlementRowsWritten = writeEntitlements(decision.changedRows, tx: tx, logger: logger)
         async let ledgerRowsWritten = writeLedger(decision.newLedgerEntries, tx: tx, logger: logger)
         // Every queued statement is awaited. The error thrown is the one PostgreSQL met first: a statement queued
@@ -404,6 +393,22 @@ struct BatchPlan: Sendable {
         var total = 0
         for try await n in rows.decode(Int64.self) { total += Int(n) }
         return total
+    }
+
+    /// Runs a statement that returns the number of rows it wrote (none to run: nil).
+    private func writeCounted(_ query: PostgresQuery?, tx: PostgresConnection, logger: Logger) async throws -> Int? {
+        guard let query else { return nil }
+        return try await count(tx.query(query, logger: logger))
+    }
+
+    /// Runs `BatchPlan.transactionsQuery`: (versions inserted, current facts inserted or replaced).
+    private func writeTransactions(_ query: PostgresQuery?, tx: PostgresConnection, logger: Logger) async throws -> (Int, Int)? {
+        guard let query else { return nil }
+        var written = (0, 0)
+        for try await (versions, current) in try await tx.query(query, logger: logger).decode((Int64, Int64).self) {
+            written = (Int(versions), Int(current))
+        }
+        return written
     }
 
     private func writeEntitlements(
