@@ -104,7 +104,7 @@ public final class ThrowawayPostgres: Sendable {
         let options = [
             "-p \(port)", "-k \(directory)", "-c listen_addresses=\(host)",
             "-c fsync=off", "-c synchronous_commit=off", "-c full_page_writes=off",
-            "-c max_connections=200", "-c shared_buffers=128MB",
+            "-c max_connections=200", "-c shared_buffers=128MB", "-c wal_init_zero=off",
         ].joined(separator: " ")
         try run("pg_ctl", ["-D", dataDirectory, "-l", logFile, "-w", "-t", "60", "-o", options, "start"])
     }
