@@ -157,12 +157,13 @@ struct BatchPlan: Sendable {
         }
     }
 
-    /// Whether a rolled-back batch failed because some of its events were already stored: the insert written for
-    /// new events only (no ON CONFLICT, so no extra probe of the 64-character key per event) met one.
+    /// Whether a statement failed only because an earlier one of its transaction had (SQLSTATE 25P02).
     static func isAbortedTransaction(_ error: any Error) -> Bool {
         (error as? PSQLError)?.serverInfo?[.sqlState] == "25P02"
     }
 
+    /// Whether a rolled-back batch failed because some of its events were already stored: the insert written for
+    /// new events only (no ON CONFLICT, so no extra probe of the 64-character key per event) met one.
     static func metStoredEvents(_ error: PostgresTransactionError) -> Bool {
         guard let server = (error.closureError as? PSQLError)?.serverInfo else { return false }
         return server[.sqlState] == "23505" && server[.constraintName] == "entitlement_events_pkey"
