@@ -139,12 +139,14 @@ extension EntitlementEvent {
             units: optInt("units").map { Int($0) }, entitlement: optStr("entitlement"),
             transaction: optObj("transaction"), renewalInfo: optObj("renewalInfo"),
             appTransaction: optObj("appTransaction"), details: optObj("details"))
-        // The text of a document the event holds (an object), cut from the record.
-        func text(_ k: Int) -> String? {
-            guard k < ranges.count, let range = ranges[k], optObj(EventDocumentTexts.keys[k]) != nil else { return nil }
+        // The text of a document the event holds (an object, already decoded above), cut from the record.
+        func text(_ k: Int, _ document: JSONValue?) -> String? {
+            guard document != nil, k < ranges.count, let range = ranges[k] else { return nil }
             return String(decoding: bytes[range], as: UTF8.self)
         }
-        return (event, EventDocumentTexts(transaction: text(0), renewalInfo: text(1), appTransaction: text(2), details: text(3)))
+        return (event, EventDocumentTexts(
+            transaction: text(0, event.transaction), renewalInfo: text(1, event.renewalInfo),
+            appTransaction: text(2, event.appTransaction), details: text(3, event.details)))
     }
 }
 

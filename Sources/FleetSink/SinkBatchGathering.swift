@@ -72,12 +72,18 @@ extension SinkService {
         DecodedBatch([decodeRecords(records)], applier: applier)
     }
 
+    /// Decodes records in order, on one thread. The next batch is decoded while the current one is written, so
+    /// decoding is off the critical path; spread over every core it took CPU from PostgreSQL when both share the
+    /// machine (`fleet bench sink`, alternated: 15,573-15,795 events/s and 0.405-0.412 x COPY with one decoding
+    /// thread, 12,659-15,005 and 0.332-0.381 x with two).
     static func decodeRecords(_ records: [SinkRecord]) -> DecodedPart {
         var accepted: [(SinkRecord, EntitlementEvent)] = []
         var documents: [EventDocumentTexts] = []
         var refused: [(SinkRecord, SinkRejection, String)] = []
-        for (record, result) in zip(records, decodeAll(records)) {
-            switch result {
+        accepted.reserveCapacity(records.count)
+        documents.reserveCapacity(records.count)
+        for record in records {
+            switch decode(record) {
             case .success(let decoded):
                 accepted.append((record, decoded.event))
                 documents.append(decoded.documents)
@@ -85,14 +91,6 @@ extension SinkService {
             }
         }
         return (accepted, documents, refused)
-    }
-
-    /// Decodes records in order, on one thread. The next batch is decoded while the current one is written, so
-    /// decoding is off the critical path; spread over every core it took CPU from PostgreSQL when both share the
-    /// machine (`fleet bench sink`, alternated: 15,573-15,795 events/s and 0.405-0.412 x COPY with one decoding
-    /// thread, 12,659-15,005 and 0.332-0.381 x with two).
-    static func decodeAll(_ records: [SinkRecord]) -> [Result<DecodedEvent, DecodeFailure>] {
-        records.map(decode)
     }
 
     /// An event and the text of the documents it embeds, as its record carries them.
