@@ -6,7 +6,10 @@ import PostgresNIO
 // The SQL of a batch's writes that need no database state: notifications, transaction facts and versions, events.
 // Built before the transaction (`BatchPlan.init`), executed by `BatchPlan.execute`.
 extension BatchPlan {
-    static func notificationsQuery(_ events: [EntitlementEvent], texts: [String: EventTexts]) -> PostgresQuery? {
+    /// `stored`: what a notification already stored does to the insert (`StoredRows`).
+    static func notificationsQuery(
+        _ events: [EntitlementEvent], texts: [String: EventTexts], stored: StoredRows
+    ) -> PostgresQuery? {
         var seen = Set<String>()
         var picked: [(EntitlementEvent, EventNotification)] = []
         for event in events {
@@ -40,7 +43,7 @@ extension BatchPlan {
                     payload, source_topic, source_partition, source_offset, received_at, applied_at)
                 SELECT u, env, t, st, v, bu, aai, ot, tr, fleet_ms(sd), sd, p::jsonb, tp, pa, o, fleet_ms(ra), now()
                 FROM \(b.rows())
-                ON CONFLICT (notification_uuid) DO NOTHING
+                \(stored == .skip ? "ON CONFLICT (notification_uuid) DO NOTHING" : "")
                 RETURNING 1
             ) SELECT count(*) FROM ins
             """)
@@ -134,7 +137,11 @@ extension BatchPlan {
     }
 
     /// Returns one row: (versions inserted, current facts inserted or replaced).
-    static func transactionsQuery(_ events: [EntitlementEvent], texts: [String: EventTexts]) -> PostgresQuery? {
+    /// `stored`: what a transaction version already stored does to its insert (`StoredRows`); the current fact is an
+    /// upsert either way.
+    static func transactionsQuery(
+        _ events: [EntitlementEvent], texts: [String: EventTexts], stored: StoredRows
+    ) -> PostgresQuery? {
         struct Version {
             var environment: String, transactionId: String, signedDate: Int64, payload: JWSTransactionDecodedPayload
             var eventId: String
@@ -207,7 +214,7 @@ extension BatchPlan {
             ), ver AS (
                 INSERT INTO transaction_versions (\(columns))
                 SELECT \(select) FROM v
-                ON CONFLICT (environment, transaction_id, signed_date_ms) DO NOTHING
+                \(stored == .skip ? "ON CONFLICT (environment, transaction_id, signed_date_ms) DO NOTHING" : "")
                 RETURNING 1
             ), cur AS (
                 INSERT INTO transactions (\(columns))
@@ -222,7 +229,7 @@ extension BatchPlan {
     /// The statuses (bound last, `statuses[i]` being the status of `events[i]`) are known only inside the
     /// transaction.
     static func eventsStatement(
-        _ events: [EntitlementEvent], texts: [String: EventTexts], storedEvents: StoredEvents
+        _ events: [EntitlementEvent], texts: [String: EventTexts], stored: StoredRows
     ) -> EventsStatement? {
         guard !events.isEmpty else { return nil }
         var b = ColumnBinds()
@@ -274,7 +281,7 @@ extension BatchPlan {
                        fleet_ms(rd), rr, rt, rp, nu, nt, ns, fleet_ms(sd), sd, fleet_ms(va), tp, pa, o, ik,
                        ri::jsonb, at::jsonb, de::jsonb
                 FROM \(b.rows("unnest(\(status)::text[]) AS st"))
-                \(storedEvents == .skip ? "ON CONFLICT (event_id) DO NOTHING" : "")
+                \(stored == .skip ? "ON CONFLICT (event_id) DO NOTHING" : "")
                 RETURNING 1
             ) SELECT count(*) FROM ins
             """

@@ -52,15 +52,17 @@ public struct EventApplier: Sendable {
 
     public func apply(_ batch: PreparedBatch, connection: PostgresConnection, logger: Logger) async throws -> ApplyOutcome {
         if batch.plan.events.isEmpty { return ApplyOutcome() }
-        // Redelivered events are rare (a restart, a rebalance, a worker retrying): the batch is first written as if
-        // every event were new, which spares one index probe per event; an event already stored fails the event
-        // insert (unique violation), and the batch is then rolled back and written again with the stored events
-        // looked up and left out.
+        // Redelivered events are rare (a restart, a rebalance, a worker retrying), and so are notifications and
+        // transaction versions stored under another event (the second event of an upgrade in a later batch; one
+        // signed transaction delivered by the app and by Apple): the batch is first written as if every row were new,
+        // with plain inserts (no ON CONFLICT: no speculative insertion, no extra index probe per row). A row already
+        // stored fails its insert (unique violation), and the batch is then rolled back and written again with the
+        // stored events looked up and left out and ON CONFLICT DO NOTHING on those inserts.
         do {
             return try await connection.withTransaction(logger: logger) { tx in
                 try await batch.plan.execute(on: tx, checkStored: false, logger: logger)
             }
-        } catch let error as PostgresTransactionError where error.rollbackError == nil && BatchPlan.metStoredEvents(error) {
+        } catch let error as PostgresTransactionError where error.rollbackError == nil && BatchPlan.metStoredRows(error) {
             return try await connection.withTransaction(logger: logger) { tx in
                 try await batch.plan.execute(on: tx, checkStored: true, logger: logger)
             }
@@ -117,7 +119,7 @@ struct BatchPlan: Sendable {
             if let k = event.subscriptionKey { lockNames.insert("S\u{1}\(k.environment)\u{1}\(k.originalTransactionId)") }
         }
         self.lockNames = Array(lockNames)
-        self.allNew = Statements(events: self.events, texts: texts, storedEvents: .fail)
+        self.allNew = Statements(events: self.events, texts: texts, stored: .fail)
     }
 
     /// Advisory-lock names of every entitlement / consumable / subscription key of the batch.
@@ -132,16 +134,17 @@ struct BatchPlan: Sendable {
         var transactions: PostgresQuery?
         var events: EventsStatement?
 
-        init(events: [EntitlementEvent], texts: [String: EventTexts], storedEvents: StoredEvents) {
-            notifications = BatchPlan.notificationsQuery(events, texts: texts)
-            transactions = BatchPlan.transactionsQuery(events, texts: texts)
-            self.events = BatchPlan.eventsStatement(events, texts: texts, storedEvents: storedEvents)
+        init(events: [EntitlementEvent], texts: [String: EventTexts], stored: StoredRows) {
+            notifications = BatchPlan.notificationsQuery(events, texts: texts, stored: stored)
+            transactions = BatchPlan.transactionsQuery(events, texts: texts, stored: stored)
+            self.events = BatchPlan.eventsStatement(events, texts: texts, stored: stored)
         }
     }
 
-    /// What the event insert does with an event already stored: fail the statement (when every event is assumed
-    /// new) or skip it (ON CONFLICT DO NOTHING, after the stored ones were left out, against a concurrent writer).
-    enum StoredEvents: Sendable { case fail, skip }
+    /// What the inserts of events, notifications and transaction versions do with a row already stored: fail the
+    /// statement (when every row is assumed new) or skip it (ON CONFLICT DO NOTHING: the stored events were left out,
+    /// but a notification or version may be stored under another event, or written by a concurrent writer).
+    enum StoredRows: Sendable { case fail, skip }
 
     /// The entitlement_events insert with every column bound but the status.
     struct EventsStatement: Sendable {
@@ -162,12 +165,15 @@ struct BatchPlan: Sendable {
         (error as? PSQLError)?.serverInfo?[.sqlState] == "25P02"
     }
 
-    /// Whether a rolled-back batch failed because some of its events were already stored: the insert written for
-    /// new events only (no ON CONFLICT, so no extra probe of the 64-character key per event) met one.
-    static func metStoredEvents(_ error: PostgresTransactionError) -> Bool {
-        guard let server = (error.closureError as? PSQLError)?.serverInfo else { return false }
-        return server[.sqlState] == "23505" && server[.constraintName] == "entitlement_events_pkey"
+    /// Whether a rolled-back batch failed because some of its rows were already stored: an insert written for new
+    /// rows only (no ON CONFLICT) met an event, a notification or a transaction version with the same key.
+    static func metStoredRows(_ error: PostgresTransactionError) -> Bool {
+        guard let server = (error.closureError as? PSQLError)?.serverInfo, server[.sqlState] == "23505" else { return false }
+        return server[.constraintName].map(storedRowKeys.contains) ?? false
     }
+
+    /// The primary keys an insert of the first attempt may meet (`metStoredRows`).
+    static let storedRowKeys: Set<String> = ["entitlement_events_pkey", "notifications_pkey", "transaction_versions_pkey"]
 
     /// With `checkStored`, events already in entitlement_events are looked up first and left out; without it, they
     /// are assumed new, and the event insert (written first) fails if one was not.
@@ -220,7 +226,7 @@ struct BatchPlan: Sendable {
         // (`bench sink`, alternated with the one-by-one build: 12,721-14,058 vs 10,704-13,916 events/s).
         // Built before the transaction unless some events of the batch were already stored.
         let writes = !checkStored && fresh.count == events.count
-            ? allNew : Statements(events: fresh, texts: texts, storedEvents: checkStored ? .skip : .fail)
+            ? allNew : Statements(events: fresh, texts: texts, stored: checkStored ? .skip : .fail)
 
         // 3. Current entitlement rows and ledger entries for the keys touched: read whole (raw rows), so that the
         // writes below start while they are decoded.
@@ -229,8 +235,8 @@ struct BatchPlan: Sendable {
             tx: tx, logger: logger)
         let ledgerRows = try await readLedgers(keys: Set(fresh.compactMap(\.ledgerKey)), tx: tx, logger: logger)
 
-        // 4. Notifications and transaction facts depend on nothing read: queued now. They never conflict with the
-        // events insert's check (a redelivered event fails that insert and the whole transaction is rolled back).
+        // 4. Notifications and transaction facts depend on nothing read: queued now. In the first attempt a row of
+        // theirs already stored fails its insert, and the whole transaction is rolled back and written again.
         async let notifications = writeCounted(writes.notifications, tx: tx, logger: logger)
         async let transactions = writeTransactions(writes.transactions, tx: tx, logger: logger)
 
@@ -255,8 +261,8 @@ struct BatchPlan: Sendable {
         async let entitlementRowsWritten = writeEntitlements(decision.changedRows, tx: tx, logger: logger)
         async let ledgerRowsWritten = writeLedger(decision.newLedgerEntries, tx: tx, logger: logger)
         // Every queued statement is awaited. The error thrown is the one PostgreSQL met first: a statement queued
-        // behind a failed one only reports that the transaction is aborted (25P02), and the events insert's unique
-        // violation must surface as itself for `metStoredEvents`.
+        // behind a failed one only reports that the transaction is aborted (25P02), and a first attempt's unique
+        // violation must surface as itself for `metStoredRows`.
         var failure: (any Error)?
         func keep(_ error: any Error) {
             if failure == nil || (Self.isAbortedTransaction(failure!) && !Self.isAbortedTransaction(error)) { failure = error }

@@ -358,6 +358,42 @@ struct ApplierTests {
         }
     }
 
+    @Test("a notification or transaction version already stored under another event is kept once; the new event is written")
+    func rowsStoredUnderAnotherEvent() async throws {
+        // The first attempt inserts notifications and versions without ON CONFLICT; meeting a stored one must roll
+        // the batch back and write it again, not fail it or lose the new event.
+        let url = try await TestPostgres.shared.freshDatabase()
+        let t = baseTime
+        // An upgrade's two events (one notification) in two batches.
+        let revokeOld = makeEvent("up-revoke", kind: "PLAN_UPGRADED", effect: .revoke, signed: t, product: "basic",
+                                  entitlement: "basic", transactionId: "tx-old", notificationType: "DID_CHANGE_RENEWAL_PREF",
+                                  subtype: "UPGRADE", uuid: "uuid-up")
+        let grantNew = makeEvent("up-grant", kind: "PLAN_UPGRADED", effect: .grant, signed: t, product: "pro",
+                                 entitlement: "pro", transactionId: "tx-new", validFrom: t, validUntil: t + 30 * day,
+                                 notificationType: "DID_CHANGE_RENEWAL_PREF", subtype: "UPGRADE", uuid: "uuid-up")
+        // One signed transaction (same id, same signedDate) from the app and inside Apple's notification.
+        let fromApp = makeEvent("buy-app", kind: "SUBSCRIPTION_STARTED", effect: .grant, signed: t + 5, subject: "otx-9",
+                                transactionId: "tx-9", originalTransactionId: "otx-9", validFrom: t, validUntil: t + 30 * day)
+        let fromApple = makeEvent("buy-apple", kind: "SUBSCRIPTION_STARTED", effect: .grant, signed: t + 5, subject: "otx-9",
+                                  transactionId: "tx-9", originalTransactionId: "otx-9", validFrom: t, validUntil: t + 30 * day,
+                                  notificationType: "SUBSCRIBED", uuid: "uuid-buy")
+        try await onDatabase(url) { (c: PostgresConnection) async throws in
+            let first = try await applier.apply([revokeOld, fromApp], connection: c, logger: testLogger)
+            #expect(first.rowsWritten["notifications"] == 1 && first.rowsWritten["transaction_versions"] == 2)
+            let second = try await applier.apply([grantNew, fromApple], connection: c, logger: testLogger)
+            #expect(second.rowsWritten["entitlement_events"] == 2)
+            #expect(second.rowsWritten["notifications"] == 1)  // uuid-buy; uuid-up was stored
+            #expect(second.rowsWritten["transaction_versions"] == 1)  // tx-new; tx-9's version was stored
+            #expect(second.applied + second.stale + second.duplicate == 2)
+            #expect(try await scalar(c, "SELECT count(*) FROM notifications", as: Int64.self) == 2)
+            #expect(try await scalar(c, "SELECT count(*) FROM transaction_versions", as: Int64.self) == 3)
+            #expect(try await scalar(c, "SELECT count(*) FROM entitlement_events", as: Int64.self) == 4)
+            #expect(try await scalar(c, "SELECT count(*) FROM entitlements WHERE active AND entitlement = 'pro'", as: Int64.self) == 1)
+            // The stored notification keeps its first payload (the revoke's transaction).
+            #expect(try await scalar(c, "SELECT payload->'transaction'->>'transactionId' FROM notifications WHERE notification_uuid = 'uuid-up'", as: String.self) == "tx-old")
+        }
+    }
+
     @Test("environment is part of every key: Sandbox and Production never collide")
     func environments() async throws {
         let url = try await TestPostgres.shared.freshDatabase()
