@@ -10,11 +10,12 @@ extension BatchPlan {
     static func notificationsQuery(
         _ events: [EntitlementEvent], texts: [String: EventTexts], stored: StoredRows
     ) -> PostgresQuery? {
+        // The events are picked by index: an element of `events` is read in place, never copied whole.
         var seen = Set<String>()
-        var picked: [(EntitlementEvent, EventNotification)] = []
-        for event in events {
+        var picked: [(Int, EventNotification)] = []
+        for (i, event) in events.enumerated() {
             guard let n = event.notification, seen.insert(n.uuid).inserted else { continue }
-            picked.append((event, n))
+            picked.append((i, n))
         }
         guard !picked.isEmpty else { return nil }
         // received_at: the earliest verification time of that notification within the batch.
@@ -22,20 +23,20 @@ extension BatchPlan {
         for event in events { if let n = event.notification { received[n.uuid] = min(received[n.uuid] ?? .max, event.verifiedAt) } }
         var b = ColumnBinds()
         b.column(picked.map(\.1.uuid), "text", as: "u")
-        b.column(picked.map(\.0.environment), "text", as: "env")
+        b.column(picked.map { events[$0.0].environment }, "text", as: "env")
         b.column(picked.map(\.1.type), "text", as: "t")
         b.column(picked.map(\.1.subtype), "text", as: "st")
         b.column(picked.map(\.1.version), "text", as: "v")
-        b.column(picked.map(\.0.bundleId), "text", as: "bu")
-        b.column(picked.map(\.0.appAppleId), "bigint", as: "aai")
-        b.column(picked.map(\.0.originalTransactionId), "text", as: "ot")
-        b.column(picked.map(\.0.transactionId), "text", as: "tr")
+        b.column(picked.map { events[$0.0].bundleId }, "text", as: "bu")
+        b.column(picked.map { events[$0.0].appAppleId }, "bigint", as: "aai")
+        b.column(picked.map { events[$0.0].originalTransactionId }, "text", as: "ot")
+        b.column(picked.map { events[$0.0].transactionId }, "text", as: "tr")
         b.column(picked.map(\.1.signedDate), "bigint", as: "sd")
-        b.column(picked.map { texts[$0.0.eventId]?.notification ?? notificationPayload($0.0, $0.1) }, "text", as: "p")
-        b.column(picked.map(\.0.source.topic), "text", as: "tp")
-        b.column(picked.map(\.0.source.partition), "integer", as: "pa")
-        b.column(picked.map(\.0.source.offset), "bigint", as: "o")
-        b.column(picked.map { received[$0.1.uuid] ?? $0.0.verifiedAt }, "bigint", as: "ra")
+        b.column(picked.map { texts[events[$0.0].eventId]?.notification ?? notificationPayload(events[$0.0], $0.1) }, "text", as: "p")
+        b.column(picked.map { events[$0.0].source.topic }, "text", as: "tp")
+        b.column(picked.map { events[$0.0].source.partition }, "integer", as: "pa")
+        b.column(picked.map { events[$0.0].source.offset }, "bigint", as: "o")
+        b.column(picked.map { received[$0.1.uuid] ?? events[$0.0].verifiedAt }, "bigint", as: "ra")
         return b.query("""
             WITH ins AS (
                 INSERT INTO notifications (notification_uuid, environment, notification_type, subtype, version,
@@ -143,33 +144,37 @@ extension BatchPlan {
         _ events: [EntitlementEvent], texts: [String: EventTexts], stored: StoredRows
     ) -> PostgresQuery? {
         struct Version {
-            var environment: String, transactionId: String, signedDate: Int64, payload: JWSTransactionDecodedPayload
+            var environment: String, transactionId: String, signedDate: Int64, payload: JSONValue
             var eventId: String
+            var columns: TransactionColumns
         }
-        var seen = Set<String>()
+        var seen = Set<VersionKey>()
         var versions: [Version] = []
+        versions.reserveCapacity(events.count)
         for event in events {
-            guard let payload = event.transactionPayload,
-                  let transactionId = payload.transactionId ?? event.transactionId else { continue }
-            let signed = payload.signedDate ?? event.signedDate
-            guard seen.insert("\(event.environment)\u{1}\(transactionId)\u{1}\(signed)").inserted else { continue }
+            guard let payload = event.transaction else { continue }
+            let c = TransactionColumns(payload.objectValue ?? [:])
+            guard let transactionId = c.transactionId ?? event.transactionId else { continue }
+            let signed = c.signedDate ?? event.signedDate
+            guard seen.insert(VersionKey(environment: event.environment, transactionId: transactionId, signedDate: signed)).inserted
+            else { continue }
             versions.append(Version(
                 environment: event.environment, transactionId: transactionId, signedDate: signed, payload: payload,
-                eventId: event.eventId))
+                eventId: event.eventId, columns: c))
         }
         guard !versions.isEmpty else { return nil }
         // The newest version of each (environment, transactionId) in the batch is the candidate current fact
         // (chosen here rather than by a DISTINCT ON sort of the whole batch in the statement). Ties are impossible:
         // versions are distinct by (environment, transactionId, signedDate).
-        var newest: [String: Int] = [:]
+        var newest: [VersionKey: Int] = [:]
         for (i, v) in versions.enumerated() {
-            let key = "\(v.environment)\u{1}\(v.transactionId)"
+            let key = VersionKey(environment: v.environment, transactionId: v.transactionId, signedDate: 0)
             if let j = newest[key], versions[j].signedDate >= v.signedDate { continue }
             newest[key] = i
         }
         var isNewest = [Bool](repeating: false, count: versions.count)
         for i in newest.values { isNewest[i] = true }
-        func column<T>(_ value: (JWSTransactionDecodedPayload) -> T?) -> [T?] { versions.map { value($0.payload) } }
+        func column<T>(_ value: (TransactionColumns) -> T?) -> [T?] { versions.map { value($0.columns) } }
         func int32(_ value: Int64?) -> Int32? { value.flatMap { Int32(exactly: $0) } }
         var b = ColumnBinds()
         b.column(versions.map(\.environment), "text", as: "env")
@@ -179,19 +184,19 @@ extension BatchPlan {
         b.column(column(\.webOrderLineItemId), "text", as: "wo")
         b.column(column(\.bundleId), "text", as: "bu")
         b.column(column(\.productId), "text", as: "pr")
-        b.column(column { $0.type?.rawValue }, "text", as: "ty")
+        b.column(column(\.type), "text", as: "ty")
         b.column(column(\.appAccountToken), "text", as: "tok")
-        b.column(column { $0.inAppOwnershipType?.rawValue }, "text", as: "own")
+        b.column(column(\.inAppOwnershipType), "text", as: "own")
         b.column(column { int32($0.quantity) }, "integer", as: "qty")
         b.column(column(\.purchaseDate), "bigint", as: "pd")
         b.column(column(\.originalPurchaseDate), "bigint", as: "opd")
         b.column(column(\.expiresDate), "bigint", as: "ex")
         b.column(column(\.revocationDate), "bigint", as: "rd")
-        b.column(column { int32($0.revocationReason?.rawValue) }, "integer", as: "rr")
-        b.column(column { $0.revocationType?.rawValue }, "text", as: "rt")
+        b.column(column { int32($0.revocationReason) }, "integer", as: "rr")
+        b.column(column(\.revocationType), "text", as: "rt")
         b.column(column { int32($0.revocationPercentage) }, "integer", as: "rp")
         b.column(column(\.isUpgraded), "boolean", as: "up")
-        b.column(versions.map { texts[$0.eventId]?.transaction ?? jsonText($0.payload.raw) ?? "{}" }, "text", as: "p")
+        b.column(versions.map { texts[$0.eventId]?.transaction ?? jsonText($0.payload) ?? "{}" }, "text", as: "p")
         b.column(versions.map(\.eventId), "text", as: "ev")
         b.column(isNewest, "boolean", as: "cur")
         let columns = """
@@ -264,9 +269,10 @@ extension BatchPlan {
         b.column(events.map(\.source.partition), "integer", as: "pa")
         b.column(events.map(\.source.offset), "bigint", as: "o")
         b.column(events.map(\.source.inputKind), "text", as: "ik")
-        b.column(events.map { texts[$0.eventId]?.renewalInfo }, "text", as: "ri")
-        b.column(events.map { texts[$0.eventId]?.appTransaction }, "text", as: "at")
-        b.column(events.map { texts[$0.eventId]?.details }, "text", as: "de")
+        let eventTexts = events.map { texts[$0.eventId] }
+        b.column(eventTexts.map { $0?.renewalInfo }, "text", as: "ri")
+        b.column(eventTexts.map { $0?.appTransaction }, "text", as: "at")
+        b.column(eventTexts.map { $0?.details }, "text", as: "de")
         let status = b.nextPlaceholder
         let sql = """
             WITH ins AS (
@@ -286,5 +292,47 @@ extension BatchPlan {
             ) SELECT count(*) FROM ins
             """
         return EventsStatement(binds: b, sql: sql, statusPlaceholder: status)
+    }
+}
+
+/// A transaction version's key within a batch (`signedDate` 0 for the key of its transaction).
+private struct VersionKey: Hashable {
+    var environment: String, transactionId: String, signedDate: Int64
+}
+
+/// The columns of `transaction_versions` / `transactions` read from a verified transaction document in one pass over
+/// its members, with the conversions of `JWSTransactionDecodedPayload`'s accessors (a member of another JSON type
+/// reads as nil). One pass instead of a hashed lookup per column: this runs for every event of every batch.
+struct TransactionColumns {
+    var transactionId, originalTransactionId, webOrderLineItemId, bundleId, productId, type: String?
+    var appAccountToken, inAppOwnershipType, revocationType: String?
+    var signedDate, quantity, purchaseDate, originalPurchaseDate, expiresDate, revocationDate: Int64?
+    var revocationReason, revocationPercentage: Int64?
+    var isUpgraded: Bool?
+
+    init(_ members: [String: JSONValue]) {
+        for (key, value) in members {
+            switch key {
+            case "transactionId": transactionId = value.stringValue
+            case "originalTransactionId": originalTransactionId = value.stringValue
+            case "webOrderLineItemId": webOrderLineItemId = value.stringValue
+            case "bundleId": bundleId = value.stringValue
+            case "productId": productId = value.stringValue
+            case "type": type = value.stringValue
+            case "appAccountToken": appAccountToken = value.stringValue
+            case "inAppOwnershipType": inAppOwnershipType = value.stringValue
+            case "revocationType": revocationType = value.stringValue
+            case "signedDate": signedDate = value.int64Value
+            case "quantity": quantity = value.int64Value
+            case "purchaseDate": purchaseDate = value.int64Value
+            case "originalPurchaseDate": originalPurchaseDate = value.int64Value
+            case "expiresDate": expiresDate = value.int64Value
+            case "revocationDate": revocationDate = value.int64Value
+            case "revocationReason": revocationReason = value.int64Value
+            case "revocationPercentage": revocationPercentage = value.int64Value
+            case "isUpgraded": isUpgraded = value.boolValue
+            default: break
+            }
+        }
     }
 }
