@@ -120,12 +120,15 @@ struct BatchPlan: Sendable {
         }
         self.lockNames = Array(lockNames)
         self.allNew = Statements(events: self.events, texts: texts, stored: .fail)
+        self.repeatsEventId = texts.count < self.events.count
     }
 
     /// Advisory-lock names of every entitlement / consumable / subscription key of the batch.
     let lockNames: [String]
     /// The writes of the batch when no event of it is already stored.
     let allNew: Statements
+    /// Whether an eventId occurs more than once in the batch (its later copies are duplicates).
+    let repeatsEventId: Bool
 
     /// The insert statements of notifications, transactions and events for a list of new events (the events'
     /// statuses, which need the database, are bound last by `EventsStatement.query(statuses:)`).
@@ -133,8 +136,13 @@ struct BatchPlan: Sendable {
         var notifications: PostgresQuery?
         var transactions: PostgresQuery?
         var events: EventsStatement?
+        /// The reads the fold needs: current entitlement rows, ledger entries and restores of the keys touched.
+        var entitlementsRead: PostgresQuery?
+        var ledgerReads: (entries: PostgresQuery, restores: PostgresQuery)?
 
         init(events: [EntitlementEvent], texts: [String: EventTexts], stored: StoredRows) {
+            entitlementsRead = BatchPlan.entitlementsRead(events)
+            ledgerReads = BatchPlan.ledgerReads(events)
             notifications = BatchPlan.notificationsQuery(events, texts: texts, stored: stored)
             transactions = BatchPlan.transactionsQuery(events, texts: texts, stored: stored)
             self.events = BatchPlan.eventsStatement(events, texts: texts, stored: stored)
@@ -190,58 +198,75 @@ struct BatchPlan: Sendable {
         }
         defer { if trace { FileHandle.standardError.write((phases.joined(separator: " ") + "\n").data(using: .utf8)!) } }
 
+        // Every statement goes to the connection's queue as soon as nothing it needs is missing, without waiting for
+        // the answer of the one before: PostgresNIO sends a queued statement the moment the previous one completes, so
+        // PostgreSQL goes from the locks to the reads to the writes without waiting for this task, which meanwhile
+        // decodes the rows read and folds (`bench sink`, alternated with the one-by-one build: 12,721-14,058 vs
+        // 10,704-13,916 events/s). A statement queued behind a failed one only fails with 25P02 (`keep`).
+        var failure: (any Error)?
+        func keep(_ error: any Error) {
+            if failure == nil || (Self.isAbortedTransaction(failure!) && !Self.isAbortedTransaction(error)) { failure = error }
+        }
+        func settle<T>(_ future: EventLoopFuture<T>?) async -> T? {
+            do { return try await future?.get() } catch { keep(error); return nil }
+        }
+
         // 1. Serialize with other sinks on every entitlement / consumable key of the batch.
+        var locked: EventLoopFuture<PostgresQueryResult>?
         if !lockNames.isEmpty {
             var b = ColumnBinds()
             let names = b.add(lockNames)
-            try await tx.query(b.query("""
+            locked = tx.query(b.query("""
                 SELECT count(pg_advisory_xact_lock(h)) FROM (
                     SELECT DISTINCT hashtextextended(k, 0) AS h FROM unnest(\(names)::text[]) AS k ORDER BY 1
                 ) AS keys
                 """), logger: logger)
         }
 
-        phase("locks")
-        // 2. Redelivered events.
+        // 2. Redelivered events (second attempt only: looked up once the locks are held).
         var known = Set<String>()
         if checkStored {
+            _ = try await locked?.get()
             var b = ColumnBinds()
             let ids = b.add(events.map(\.eventId))
             let rows = try await tx.query(b.query(
                 "SELECT event_id FROM entitlement_events WHERE event_id = ANY(\(ids)::text[])"), logger: logger)
             for try await id in rows.decode(String.self) { known.insert(id) }
         }
-        var fresh: [EntitlementEvent] = []
-        for event in events where !known.contains(event.eventId) {
-            known.insert(event.eventId)  // a second copy inside the same batch is a duplicate too
-            fresh.append(event)
+        var fresh = events
+        if checkStored || repeatsEventId {
+            fresh = []
+            for event in events where !known.contains(event.eventId) {
+                known.insert(event.eventId)  // a second copy inside the same batch is a duplicate too
+                fresh.append(event)
+            }
         }
         outcome.duplicate = events.count - fresh.count
-        if fresh.isEmpty { return outcome }
-
-        phase("dups")
-        // The statements go to the connection's queue as soon as nothing they need is missing: PostgresNIO sends a
-        // queued statement the moment the one before completes, so PostgreSQL runs the writes while this task decodes
-        // the rows read and folds, instead of waiting for each statement to be sent after the previous one's answer
-        // (`bench sink`, alternated with the one-by-one build: 12,721-14,058 vs 10,704-13,916 events/s).
-        // Built before the transaction unless some events of the batch were already stored.
+        if fresh.isEmpty {
+            _ = try await locked?.get()
+            return outcome
+        }
+        // Built before the transaction (with the reads) unless some events of the batch were already stored.
         let writes = !checkStored && fresh.count == events.count
             ? allNew : Statements(events: fresh, texts: texts, stored: checkStored ? .skip : .fail)
 
-        // 3. Current entitlement rows and ledger entries for the keys touched: read whole (raw rows), so that the
-        // writes below start while they are decoded.
-        let entitlementRows = try await readEntitlements(
-            keys: Set(fresh.compactMap(\.entitlementKey)), subscriptions: Set(fresh.compactMap(\.subscriptionKey)),
-            tx: tx, logger: logger)
-        let ledgerRows = try await readLedgers(keys: Set(fresh.compactMap(\.ledgerKey)), tx: tx, logger: logger)
+        // 3. Current entitlement rows and ledger entries for the keys touched (queued behind the locks), then the
+        // notifications and transaction facts, which depend on nothing read. In the first attempt a row of theirs
+        // already stored fails its insert, and the whole transaction is rolled back and written again.
+        let entitlementsRead: EventLoopFuture<PostgresQueryResult>? = writes.entitlementsRead.map { tx.query($0, logger: logger) }
+        let ledgerEntriesRead: EventLoopFuture<PostgresQueryResult>? = writes.ledgerReads.map { tx.query($0.entries, logger: logger) }
+        let ledgerRestoresRead: EventLoopFuture<PostgresQueryResult>? = writes.ledgerReads.map { tx.query($0.restores, logger: logger) }
+        let notifications: EventLoopFuture<PostgresQueryResult>? = writes.notifications.map { tx.query($0, logger: logger) }
+        let transactions: EventLoopFuture<PostgresQueryResult>? = writes.transactions.map { tx.query($0, logger: logger) }
+        phase("queued")
 
-        // 4. Notifications and transaction facts depend on nothing read: queued now. In the first attempt a row of
-        // theirs already stored fails its insert, and the whole transaction is rolled back and written again.
-        async let notifications = writeCounted(writes.notifications, tx: tx, logger: logger)
-        async let transactions = writeTransactions(writes.transactions, tx: tx, logger: logger)
-
-        let entitlements = try decodeEntitlements(entitlementRows)
-        let ledgers = try decodeLedgers(ledgerRows)
+        _ = await settle(locked)
+        let entitlementRows = await settle(entitlementsRead)
+        let ledgerEntries = await settle(ledgerEntriesRead)
+        let ledgerRestores = await settle(ledgerRestoresRead)
+        if let failure { throw failure }
+        let entitlements = try decodeEntitlements(entitlementRows?.rows ?? [])
+        let ledgers = try decodeLedgers((ledgerEntries?.rows ?? [], ledgerRestores?.rows ?? []))
         phase("load")
         // 5. The entitlement rules (pure Swift, EntitlementRules).
         let decision = EntitlementRules.fold(fresh, entitlements: entitlements, ledgers: ledgers)
@@ -263,17 +288,16 @@ struct BatchPlan: Sendable {
         // Every queued statement is awaited. The error thrown is the one PostgreSQL met first: a statement queued
         // behind a failed one only reports that the transaction is aborted (25P02), and a first attempt's unique
         // violation must surface as itself for `metStoredRows`.
-        var failure: (any Error)?
-        func keep(_ error: any Error) {
-            if failure == nil || (Self.isAbortedTransaction(failure!) && !Self.isAbortedTransaction(error)) { failure = error }
+        if let result = await settle(notifications) {
+            do { outcome.rowsWritten["notifications"] = try count(result) } catch { keep(error) }
         }
-        do { if let n = try await notifications { outcome.rowsWritten["notifications"] = n } } catch { keep(error) }
-        do {
-            if let (versions, current) = try await transactions {
-                outcome.rowsWritten["transaction_versions"] = versions
-                outcome.rowsWritten["transactions"] = current
-            }
-        } catch { keep(error) }
+        if let row = await settle(transactions)?.rows.first {
+            do {
+                let (versions, current) = try row.decode((Int64, Int64).self)
+                outcome.rowsWritten["transaction_versions"] = Int(versions)
+                outcome.rowsWritten["transactions"] = Int(current)
+            } catch { keep(error) }
+        }
         phase("notifications+transactions")
         do { if let n = try await eventRows { outcome.rowsWritten["entitlement_events"] = n } } catch { keep(error) }
         do { outcome.rowsWritten["entitlements"] = try await entitlementRowsWritten } catch { keep(error) }
@@ -286,12 +310,10 @@ struct BatchPlan: Sendable {
     // MARK: reads
 
     /// The rows of the keys touched, plus every row of the subscriptions touched (for `supersedeOtherTiers`).
-    private func readEntitlements(
-        keys: Set<EntitlementKey>, subscriptions: Set<SubscriptionKey>, tx: PostgresConnection, logger: Logger
-    ) async throws -> [PostgresRow] {
-        guard !keys.isEmpty else { return [] }
-        let list = Array(keys)
-        let subs = Array(subscriptions)
+    static func entitlementsRead(_ fresh: [EntitlementEvent]) -> PostgresQuery? {
+        let list = Array(Set(fresh.compactMap(\.entitlementKey)))
+        guard !list.isEmpty else { return nil }
+        let subs = Array(Set(fresh.compactMap(\.subscriptionKey)))
         var b = ColumnBinds()
         let env = b.add(list.map(\.environment))
         let subject = b.add(list.map(\.subject))
@@ -300,13 +322,13 @@ struct BatchPlan: Sendable {
         let subOriginal = b.add(subs.map(\.originalTransactionId))
         let columns = """
             e.environment, e.subject, e.entitlement, e.active, e.product_id, e.original_transaction_id,
-            e.transaction_id, \(ms("e.valid_from")), \(ms("e.valid_until")), \(ms("e.revoked_at")),
+            e.transaction_id, \(Self.ms("e.valid_from")), \(Self.ms("e.valid_until")), \(Self.ms("e.revoked_at")),
             e.revocation_reason, e.last_signed_date_ms, e.last_event_id, e.last_kind, e.last_effect,
-            \(ms("e.updated_at"))
+            \(Self.ms("e.updated_at"))
             """
         // One index probe per key (LATERAL ... OFFSET 0 keeps the planner from hashing the whole table, which it
         // prefers for a few thousand keys and which made every batch slower as the table grew).
-        let rows = try await tx.query(b.query("""
+        return b.query("""
             SELECT \(columns)
             FROM unnest(\(env)::text[], \(subject)::text[], \(name)::text[]) AS k(environment, subject, entitlement)
             CROSS JOIN LATERAL (
@@ -320,8 +342,7 @@ struct BatchPlan: Sendable {
                 SELECT * FROM entitlements x
                 WHERE x.environment = s.environment AND x.original_transaction_id = s.original_transaction_id OFFSET 0
             ) AS e
-            """), logger: logger)
-        return try await rows.collect()
+            """)
     }
 
     private func decodeEntitlements(_ rows: [PostgresRow]) throws -> [EntitlementKey: EntitlementRow] {
@@ -343,15 +364,13 @@ struct BatchPlan: Sendable {
     }
 
     /// The ledger entries of the keys touched, and the newest consumable RESTORE event of each.
-    private func readLedgers(
-        keys: Set<LedgerKey>, tx: PostgresConnection, logger: Logger
-    ) async throws -> (entries: [PostgresRow], restores: [PostgresRow]) {
-        guard !keys.isEmpty else { return ([], []) }
-        let list = Array(keys)
+    static func ledgerReads(_ fresh: [EntitlementEvent]) -> (entries: PostgresQuery, restores: PostgresQuery)? {
+        let list = Array(Set(fresh.compactMap(\.ledgerKey)))
+        guard !list.isEmpty else { return nil }
         var b = ColumnBinds()
         let env = b.add(list.map(\.environment))
         let txn = b.add(list.map(\.transactionId))
-        let entries = try await tx.query(b.query("""
+        let entries = b.query("""
             SELECT l.environment, l.transaction_id, l.entry, l.revocation_key, (l.amount * 100000)::bigint,
                    l.signed_date_ms, l.subject, l.product_id, l.original_transaction_id, l.event_id
             FROM unnest(\(env)::text[], \(txn)::text[]) AS k(environment, transaction_id)
@@ -360,8 +379,8 @@ struct BatchPlan: Sendable {
                 WHERE x.environment = k.environment AND x.transaction_id = k.transaction_id OFFSET 0
             ) AS l
             ORDER BY l.signed_date_ms, l.entry, l.revocation_key
-            """), logger: logger).collect()
-        let restores = try await tx.query(b.query("""
+            """)
+        let restores = b.query("""
             SELECT ev.environment, ev.transaction_id, max(ev.signed_date_ms)
             FROM unnest(\(env)::text[], \(txn)::text[]) AS k(environment, transaction_id)
             CROSS JOIN LATERAL (
@@ -370,7 +389,7 @@ struct BatchPlan: Sendable {
                   AND x.effect = 'RESTORE' AND x.product_type = 'Consumable' OFFSET 0
             ) AS ev
             GROUP BY ev.environment, ev.transaction_id
-            """), logger: logger).collect()
+            """)
         return (entries, restores)
     }
 
@@ -392,9 +411,13 @@ struct BatchPlan: Sendable {
         return result
     }
 
-    private func ms(_ column: String) -> String { "(extract(epoch FROM \(column)) * 1000)::bigint" }
+    private static func ms(_ column: String) -> String { "(extract(epoch FROM \(column)) * 1000)::bigint" }
 
     // MARK: writes
+
+    private func count(_ result: PostgresQueryResult) throws -> Int {
+        try result.rows.reduce(0) { $0 + Int(try $1.decode(Int64.self)) }
+    }
 
     private func count(_ rows: PostgresRowSequence) async throws -> Int {
         var total = 0
@@ -406,16 +429,6 @@ struct BatchPlan: Sendable {
     private func writeCounted(_ query: PostgresQuery?, tx: PostgresConnection, logger: Logger) async throws -> Int? {
         guard let query else { return nil }
         return try await count(tx.query(query, logger: logger))
-    }
-
-    /// Runs `BatchPlan.transactionsQuery`: (versions inserted, current facts inserted or replaced).
-    private func writeTransactions(_ query: PostgresQuery?, tx: PostgresConnection, logger: Logger) async throws -> (Int, Int)? {
-        guard let query else { return nil }
-        var written = (0, 0)
-        for try await (versions, current) in try await tx.query(query, logger: logger).decode((Int64, Int64).self) {
-            written = (Int(versions), Int(current))
-        }
-        return written
     }
 
     private func writeEntitlements(
