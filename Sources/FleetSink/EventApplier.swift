@@ -207,7 +207,7 @@ struct BatchPlan: Sendable {
         func keep(_ error: any Error) {
             if failure == nil || (Self.isAbortedTransaction(failure!) && !Self.isAbortedTransaction(error)) { failure = error }
         }
-        func settle<T>(_ future: EventLoopFuture<T>?) async -> T? {
+        func settle<T: Sendable>(_ future: EventLoopFuture<T>?) async -> T? {
             do { return try await future?.get() } catch { keep(error); return nil }
         }
 
