@@ -331,17 +331,23 @@ struct ApplierTests {
         }
     }
 
+    /// An upgrade: one notification (`uuid-up`), two events: REVOKE of the old tier, GRANT of the new one.
+    private func upgradeEvents() -> (revokeOld: EntitlementEvent, grantNew: EntitlementEvent) {
+        let t = baseTime
+        return (
+            makeEvent("up-revoke", kind: "PLAN_UPGRADED", effect: .revoke, signed: t, product: "basic",
+                      entitlement: "basic", transactionId: "tx-old", notificationType: "DID_CHANGE_RENEWAL_PREF",
+                      subtype: "UPGRADE", uuid: "uuid-up"),
+            makeEvent("up-grant", kind: "PLAN_UPGRADED", effect: .grant, signed: t, product: "pro",
+                      entitlement: "pro", transactionId: "tx-new", validFrom: t, validUntil: t + 30 * day,
+                      notificationType: "DID_CHANGE_RENEWAL_PREF", subtype: "UPGRADE", uuid: "uuid-up"))
+    }
+
     @Test("notifications: one row per UUID, the parent originalTransactionId recorded, payload decoded")
     func notifications() async throws {
         let url = try await TestPostgres.shared.freshDatabase()
         // An upgrade: one notification, two events (REVOKE old tier, GRANT new tier).
-        let t = baseTime
-        let revokeOld = makeEvent("up-revoke", kind: "PLAN_UPGRADED", effect: .revoke, signed: t, product: "basic",
-                                  entitlement: "basic", transactionId: "tx-old", notificationType: "DID_CHANGE_RENEWAL_PREF",
-                                  subtype: "UPGRADE", uuid: "uuid-up")
-        let grantNew = makeEvent("up-grant", kind: "PLAN_UPGRADED", effect: .grant, signed: t, product: "pro",
-                                 entitlement: "pro", transactionId: "tx-new", validFrom: t, validUntil: t + 30 * day,
-                                 notificationType: "DID_CHANGE_RENEWAL_PREF", subtype: "UPGRADE", uuid: "uuid-up")
+        let (revokeOld, grantNew) = upgradeEvents()
         try await onDatabase(url) { (c: PostgresConnection) async throws in
             let o = try await applier.apply([revokeOld, grantNew], connection: c, logger: testLogger)
             #expect(o.rowsWritten["notifications"] == 1)
@@ -365,12 +371,7 @@ struct ApplierTests {
         let url = try await TestPostgres.shared.freshDatabase()
         let t = baseTime
         // An upgrade's two events (one notification) in two batches.
-        let revokeOld = makeEvent("up-revoke", kind: "PLAN_UPGRADED", effect: .revoke, signed: t, product: "basic",
-                                  entitlement: "basic", transactionId: "tx-old", notificationType: "DID_CHANGE_RENEWAL_PREF",
-                                  subtype: "UPGRADE", uuid: "uuid-up")
-        let grantNew = makeEvent("up-grant", kind: "PLAN_UPGRADED", effect: .grant, signed: t, product: "pro",
-                                 entitlement: "pro", transactionId: "tx-new", validFrom: t, validUntil: t + 30 * day,
-                                 notificationType: "DID_CHANGE_RENEWAL_PREF", subtype: "UPGRADE", uuid: "uuid-up")
+        let (revokeOld, grantNew) = upgradeEvents()
         // One signed transaction (same id, same signedDate) from the app and inside Apple's notification.
         let fromApp = makeEvent("buy-app", kind: "SUBSCRIPTION_STARTED", effect: .grant, signed: t + 5, subject: "otx-9",
                                 transactionId: "tx-9", originalTransactionId: "otx-9", validFrom: t, validUntil: t + 30 * day)
