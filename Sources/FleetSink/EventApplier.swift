@@ -183,8 +183,9 @@ struct BatchPlan: Sendable {
     /// The primary keys an insert of the first attempt may meet (`metStoredRows`).
     static let storedRowKeys: Set<String> = ["entitlement_events_pkey", "notifications_pkey", "transaction_versions_pkey"]
 
-    /// With `checkStored`, events already in entitlement_events are looked up first and left out; without it, they
-    /// are assumed new, and the event insert (written first) fails if one was not.
+    /// With `checkStored`, events already in entitlement_events are looked up first and left out, and the inserts of
+    /// events, notifications and transaction versions skip stored rows; without it, every row is assumed new, and an
+    /// insert that meets a stored one fails the batch (`metStoredRows`).
     func execute(on tx: PostgresConnection, checkStored: Bool, logger: Logger) async throws -> ApplyOutcome {
         var outcome = ApplyOutcome()
         let trace = ProcessInfo.processInfo.environment["FLEET_SINK_PHASES"] != nil
@@ -207,8 +208,16 @@ struct BatchPlan: Sendable {
         func keep(_ error: any Error) {
             if failure == nil || (Self.isAbortedTransaction(failure!) && !Self.isAbortedTransaction(error)) { failure = error }
         }
+        func queue(_ query: PostgresQuery?) -> EventLoopFuture<PostgresQueryResult>? {
+            query.map { tx.query($0, logger: logger) }
+        }
         func settle<T: Sendable>(_ future: EventLoopFuture<T>?) async -> T? {
             do { return try await future?.get() } catch { keep(error); return nil }
+        }
+        /// The rows a statement wrote, from its one `count(*)` row.
+        func rowCount(_ future: EventLoopFuture<PostgresQueryResult>?) async -> Int? {
+            guard let result = await settle(future) else { return nil }
+            do { return try result.rows.reduce(0) { $0 + Int(try $1.decode(Int64.self)) } } catch { keep(error); return nil }
         }
 
         // 1. Serialize with other sinks on every entitlement / consumable key of the batch.
@@ -216,11 +225,11 @@ struct BatchPlan: Sendable {
         if !lockNames.isEmpty {
             var b = ColumnBinds()
             let names = b.add(lockNames)
-            locked = tx.query(b.query("""
+            locked = queue(b.query("""
                 SELECT count(pg_advisory_xact_lock(h)) FROM (
                     SELECT DISTINCT hashtextextended(k, 0) AS h FROM unnest(\(names)::text[]) AS k ORDER BY 1
                 ) AS keys
-                """), logger: logger)
+                """))
         }
 
         // 2. Redelivered events (second attempt only: looked up once the locks are held).
@@ -253,11 +262,11 @@ struct BatchPlan: Sendable {
         // 3. Current entitlement rows and ledger entries for the keys touched (queued behind the locks), then the
         // notifications and transaction facts, which depend on nothing read. In the first attempt a row of theirs
         // already stored fails its insert, and the whole transaction is rolled back and written again.
-        let entitlementsRead: EventLoopFuture<PostgresQueryResult>? = writes.entitlementsRead.map { tx.query($0, logger: logger) }
-        let ledgerEntriesRead: EventLoopFuture<PostgresQueryResult>? = writes.ledgerReads.map { tx.query($0.entries, logger: logger) }
-        let ledgerRestoresRead: EventLoopFuture<PostgresQueryResult>? = writes.ledgerReads.map { tx.query($0.restores, logger: logger) }
-        let notifications: EventLoopFuture<PostgresQueryResult>? = writes.notifications.map { tx.query($0, logger: logger) }
-        let transactions: EventLoopFuture<PostgresQueryResult>? = writes.transactions.map { tx.query($0, logger: logger) }
+        let entitlementsRead = queue(writes.entitlementsRead)
+        let ledgerEntriesRead = queue(writes.ledgerReads?.entries)
+        let ledgerRestoresRead = queue(writes.ledgerReads?.restores)
+        let notifications = queue(writes.notifications)
+        let transactions = queue(writes.transactions)
         phase("queued")
 
         _ = await settle(locked)
@@ -268,7 +277,7 @@ struct BatchPlan: Sendable {
         let entitlements = try decodeEntitlements(entitlementRows?.rows ?? [])
         let ledgers = try decodeLedgers((ledgerEntries?.rows ?? [], ledgerRestores?.rows ?? []))
         phase("load")
-        // 5. The entitlement rules (pure Swift, EntitlementRules).
+        // 4. The entitlement rules (pure Swift, EntitlementRules).
         let decision = EntitlementRules.fold(fresh, entitlements: entitlements, ledgers: ledgers)
         let statuses = decision.statuses
         for (event, status) in zip(fresh, statuses) {
@@ -281,16 +290,14 @@ struct BatchPlan: Sendable {
         }
         phase("fold")
 
-        // 6. The writes that depend on the fold, queued together behind the others.
-        async let eventRows = writeCounted(writes.events?.query(statuses: statuses), tx: tx, logger: logger)
-        async let entitlementRowsWritten = writeEntitlements(decision.changedRows, tx: tx, logger: logger)
-        async let ledgerRowsWritten = writeLedger(decision.newLedgerEntries, tx: tx, logger: logger)
-        // Every queued statement is awaited. The error thrown is the one PostgreSQL met first: a statement queued
-        // behind a failed one only reports that the transaction is aborted (25P02), and a first attempt's unique
-        // violation must surface as itself for `metStoredRows`.
-        if let result = await settle(notifications) {
-            do { outcome.rowsWritten["notifications"] = try count(result) } catch { keep(error) }
-        }
+        // 5. The writes that depend on the fold, queued together behind the others.
+        let eventsWritten = queue(writes.events?.query(statuses: statuses))
+        let entitlementsWritten = queue(Self.entitlementsWrite(decision.changedRows))
+        let ledgerWritten = queue(Self.ledgerWrite(decision.newLedgerEntries))
+        // Every queued statement is awaited, in order. The error thrown is the one PostgreSQL met first: a statement
+        // queued behind a failed one only reports that the transaction is aborted (25P02), and a first attempt's
+        // unique violation must surface as itself for `metStoredRows`.
+        outcome.rowsWritten["notifications"] = await rowCount(notifications)
         if let row = await settle(transactions)?.rows.first {
             do {
                 let (versions, current) = try row.decode((Int64, Int64).self)
@@ -299,9 +306,9 @@ struct BatchPlan: Sendable {
             } catch { keep(error) }
         }
         phase("notifications+transactions")
-        do { if let n = try await eventRows { outcome.rowsWritten["entitlement_events"] = n } } catch { keep(error) }
-        do { outcome.rowsWritten["entitlements"] = try await entitlementRowsWritten } catch { keep(error) }
-        do { outcome.rowsWritten["consumable_ledger"] = try await ledgerRowsWritten } catch { keep(error) }
+        outcome.rowsWritten["entitlement_events"] = await rowCount(eventsWritten)
+        outcome.rowsWritten["entitlements"] = await rowCount(entitlementsWritten) ?? 0
+        outcome.rowsWritten["consumable_ledger"] = await rowCount(ledgerWritten) ?? 0
         if let failure { throw failure }
         phase("events+entitlements+ledger")
         return outcome
@@ -415,26 +422,9 @@ struct BatchPlan: Sendable {
 
     // MARK: writes
 
-    private func count(_ result: PostgresQueryResult) throws -> Int {
-        try result.rows.reduce(0) { $0 + Int(try $1.decode(Int64.self)) }
-    }
-
-    private func count(_ rows: PostgresRowSequence) async throws -> Int {
-        var total = 0
-        for try await n in rows.decode(Int64.self) { total += Int(n) }
-        return total
-    }
-
-    /// Runs a statement that returns the number of rows it wrote (none to run: nil).
-    private func writeCounted(_ query: PostgresQuery?, tx: PostgresConnection, logger: Logger) async throws -> Int? {
-        guard let query else { return nil }
-        return try await count(tx.query(query, logger: logger))
-    }
-
-    private func writeEntitlements(
-        _ rows: [(EntitlementKey, EntitlementRow)], tx: PostgresConnection, logger: Logger
-    ) async throws -> Int {
-        guard !rows.isEmpty else { return 0 }
+    /// The upsert of the entitlement rows the fold changed (nothing changed: nil).
+    static func entitlementsWrite(_ rows: [(EntitlementKey, EntitlementRow)]) -> PostgresQuery? {
+        guard !rows.isEmpty else { return nil }
         var b = ColumnBinds()
         b.column(rows.map(\.0.environment), "text", as: "env")
         b.column(rows.map(\.0.subject), "text", as: "su")
@@ -452,7 +442,7 @@ struct BatchPlan: Sendable {
         b.column(rows.map(\.1.lastKind), "text", as: "k")
         b.column(rows.map(\.1.lastEffect), "text", as: "ef")
         b.column(rows.map(\.1.updatedAt), "bigint", as: "ua")
-        return try await count(tx.query(b.query("""
+        return b.query("""
             WITH up AS (
                 INSERT INTO entitlements (environment, subject, entitlement, active, product_id,
                     original_transaction_id, transaction_id, valid_from, valid_until, revoked_at, revocation_reason,
@@ -471,11 +461,12 @@ struct BatchPlan: Sendable {
                     updated_at = EXCLUDED.updated_at
                 RETURNING 1
             ) SELECT count(*) FROM up
-            """), logger: logger))
+            """)
     }
 
-    private func writeLedger(_ entries: [(LedgerKey, LedgerEntry)], tx: PostgresConnection, logger: Logger) async throws -> Int {
-        guard !entries.isEmpty else { return 0 }
+    /// The insert of the ledger entries the fold added (none: nil).
+    static func ledgerWrite(_ entries: [(LedgerKey, LedgerEntry)]) -> PostgresQuery? {
+        guard !entries.isEmpty else { return nil }
         var b = ColumnBinds()
         b.column(entries.map(\.0.environment), "text", as: "env")
         b.column(entries.map(\.0.transactionId), "text", as: "tr")
@@ -487,7 +478,7 @@ struct BatchPlan: Sendable {
         b.column(entries.map(\.1.scaledAmount), "bigint", as: "am")
         b.column(entries.map(\.1.eventId), "text", as: "ev")
         b.column(entries.map(\.1.signedDate), "bigint", as: "sd")
-        return try await count(tx.query(b.query("""
+        return b.query("""
             WITH ins AS (
                 INSERT INTO consumable_ledger (environment, transaction_id, entry, revocation_key, subject, product_id,
                     original_transaction_id, amount, event_id, signed_date, signed_date_ms)
@@ -496,6 +487,6 @@ struct BatchPlan: Sendable {
                 ON CONFLICT (environment, transaction_id, entry, revocation_key) DO NOTHING
                 RETURNING 1
             ) SELECT count(*) FROM ins
-            """), logger: logger))
+            """)
     }
 }
