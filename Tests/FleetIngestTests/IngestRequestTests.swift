@@ -94,6 +94,19 @@ struct IngestRequestTests {
         #expect(asked.producerConfiguration.properties["linger.ms"] == "3")
     }
 
+    @Test("the producer compresses with zstd at level 1 unless a codec or a level is asked for")
+    func producerCompression() {
+        let plain = IngestConfiguration(kafka: KafkaConfiguration(bootstrapServers: "x:1")).producerConfiguration
+        #expect(plain.properties["compression.type"] == "zstd")
+        #expect(plain.properties["compression.level"] == "1")
+        let level = IngestConfiguration(kafka: KafkaConfiguration(bootstrapServers: "x:1", properties: ["compression.level": "5"]))
+        #expect(level.producerConfiguration.properties["compression.type"] == "zstd")
+        #expect(level.producerConfiguration.properties["compression.level"] == "5")
+        let lz4 = IngestConfiguration(kafka: KafkaConfiguration(bootstrapServers: "x:1", properties: ["compression.type": "lz4"]))
+        #expect(lz4.producerConfiguration.properties["compression.type"] == "lz4")
+        #expect(lz4.producerConfiguration.properties["compression.level"] == nil)
+    }
+
     @Test("invalid settings are refused with the key named; the token is never shown")
     func validation() {
         var c = IngestConfiguration(kafka: KafkaConfiguration(bootstrapServers: "x:1"))
