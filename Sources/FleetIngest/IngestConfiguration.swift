@@ -102,13 +102,12 @@ public struct IngestConfiguration: Sendable {
         k.properties["acks"] = "all"
         k.properties["message.timeout.ms"] = String(ms)
         // Apple's notifications are large (a real one with a transaction and a renewal info: 18.6 KB) and compress
-        // well: zstd takes that one to 11.5 KB alone and a batch of retries of it to little more, so a partition holds
-        // more of them (the embedded cluster keeps only 5 MiB per partition, and retries of one notification share
-        // its key and partition). A `--kafka-property compression.type=...` chooses another codec.
-        // Level 1, not zstd's default 3: the same 18.6 KB notification is 11.7 KB instead of 11.5 KB (ten copies in
-        // one batch: 11.7 against 11.5 KB), and compressing was ~40 % of the producer's broker thread at level 3
-        // (`fleet bench ingest`, 3 rotations: transactions 0.634-0.660 x single-thread verify against 0.546-0.643,
-        // notifications 15,243-18,626/s against 13,765-16,387). `--kafka-property compression.level=...` overrides it.
+        // well: zstd at level 1 takes that one to 11.7 KB alone and ten retries of it in one batch to 11.7 KB too, so
+        // a partition holds more of them (the embedded cluster keeps only 5 MiB per partition, and retries of one
+        // notification share its key and partition). Level 1 rather than zstd's default 3 (11.5 KB for both): at
+        // level 3 compressing was ~40 % of the producer's broker thread (`fleet bench ingest`, 3 rotations:
+        // transactions 0.634-0.660 x single-thread verify against 0.546-0.643, notifications 15,243-18,626/s against
+        // 13,765-16,387). `--kafka-property compression.type=...` / `compression.level=...` choose otherwise.
         if k.properties["compression.type"] == nil && k.properties["compression.codec"] == nil {
             k.properties["compression.type"] = "zstd"
             if k.properties["compression.level"] == nil { k.properties["compression.level"] = "1" }

@@ -180,6 +180,10 @@ struct BatchPlan: Sendable {
         return server[.constraintName].map(storedRowKeys.contains) ?? false
     }
 
+    /// `FLEET_SINK_PHASES` set: each batch's phases are printed to stderr. Read once: reading the environment parses
+    /// all of it, which is not for a per-batch path.
+    static let tracePhases = ProcessInfo.processInfo.environment["FLEET_SINK_PHASES"] != nil
+
     /// The primary keys an insert of the first attempt may meet (`metStoredRows`).
     static let storedRowKeys: Set<String> = ["entitlement_events_pkey", "notifications_pkey", "transaction_versions_pkey"]
 
@@ -188,7 +192,7 @@ struct BatchPlan: Sendable {
     /// insert that meets a stored one fails the batch (`metStoredRows`).
     func execute(on tx: PostgresConnection, checkStored: Bool, logger: Logger) async throws -> ApplyOutcome {
         var outcome = ApplyOutcome()
-        let trace = ProcessInfo.processInfo.environment["FLEET_SINK_PHASES"] != nil
+        let trace = Self.tracePhases
         var mark = ContinuousClock.now
         var phases: [String] = []
         func phase(_ name: String) {

@@ -231,7 +231,7 @@ public final class SinkService: Service, Sendable {
         }
         try await withRetry("mark offsets processed") { try await source.markProcessed(records) }
         let duration = ContinuousClock.now - started
-        if ProcessInfo.processInfo.environment["FLEET_SINK_PHASES"] != nil {
+        if BatchPlan.tracePhases {
             FileHandle.standardError.write("batch \(records.count): decode \(decoded - started), total \(duration)\n".data(using: .utf8)!)
         }
         metrics.batch.recordNanoseconds(duration.nanoseconds)
