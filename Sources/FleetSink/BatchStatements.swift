@@ -10,17 +10,8 @@ extension BatchPlan {
     static func notificationsQuery(
         _ events: [EntitlementEvent], texts: [String: EventTexts], stored: StoredRows
     ) -> PostgresQuery? {
-        // The events are picked by index: an element of `events` is read in place, never copied whole.
-        var seen = Set<String>()
-        var picked: [(Int, EventNotification)] = []
-        for (i, event) in events.enumerated() {
-            guard let n = event.notification, seen.insert(n.uuid).inserted else { continue }
-            picked.append((i, n))
-        }
+        let (picked, received) = pickNotifications(events)
         guard !picked.isEmpty else { return nil }
-        // received_at: the earliest verification time of that notification within the batch.
-        var received: [String: Int64] = [:]
-        for event in events { if let n = event.notification { received[n.uuid] = min(received[n.uuid] ?? .max, event.verifiedAt) } }
         var b = ColumnBinds()
         b.column(picked.map(\.1.uuid), "text", as: "u")
         b.column(picked.map { events[$0.0].environment }, "text", as: "env")
@@ -48,6 +39,47 @@ extension BatchPlan {
                 RETURNING 1
             ) SELECT count(*) FROM ins
             """)
+    }
+
+    /// Each notification of a batch once, as (index of its first event, notification), and its received_at: the
+    /// earliest verification time of that notification within the batch. The events are picked by index: an element
+    /// of `events` is read in place, never copied whole.
+    static func pickNotifications(_ events: [EntitlementEvent]) -> ([(Int, EventNotification)], [String: Int64]) {
+        var seen = Set<String>()
+        var picked: [(Int, EventNotification)] = []
+        for (i, event) in events.enumerated() {
+            guard let n = event.notification, seen.insert(n.uuid).inserted else { continue }
+            picked.append((i, n))
+        }
+        var received: [String: Int64] = [:]
+        for event in events { if let n = event.notification { received[n.uuid] = min(received[n.uuid] ?? .max, event.verifiedAt) } }
+        return (picked, received)
+    }
+
+    /// The notifications of a batch whose rows are all assumed new, in COPY text format. `applied_at` is written
+    /// as `now`, which PostgreSQL reads as its transaction's start: `now()` in the insert. nil: nothing to write, or a
+    /// date COPY text does not write as `fleet_ms` would (then `notificationsQuery`).
+    static func notificationsCopy(_ events: [EntitlementEvent], texts: [String: EventTexts]) -> CopyRows? {
+        let (picked, received) = pickNotifications(events)
+        guard !picked.isEmpty else { return nil }
+        var t = CopyText(capacity: picked.count * 4096)
+        for (i, n) in picked {
+            let e = events[i]
+            let ra = received[n.uuid] ?? e.verifiedAt
+            guard CopyText.isWritable(n.signedDate), CopyText.isWritable(ra) else { return nil }
+            t.text(n.uuid); t.text(e.environment); t.text(n.type); t.text(n.subtype); t.text(n.version)
+            t.text(e.bundleId); t.integer(e.appAppleId); t.text(e.originalTransactionId); t.text(e.transactionId)
+            t.timestamp(n.signedDate); t.integer(n.signedDate)
+            t.text(texts[e.eventId]?.notification ?? notificationPayload(e, n))
+            t.text(e.source.topic); t.integer(e.source.partition); t.integer(e.source.offset); t.timestamp(ra)
+            t.text("now")
+            t.endRow()
+        }
+        return CopyRows(table: "notifications", columns: [
+            "notification_uuid", "environment", "notification_type", "subtype", "version", "bundle_id", "app_apple_id",
+            "original_transaction_id", "transaction_id", "signed_date", "signed_date_ms", "payload", "source_topic",
+            "source_partition", "source_offset", "received_at", "applied_at",
+        ], bytes: t.bytes, rowCount: picked.count)
     }
 
     /// The decoded notification stored in `notifications.payload`: its header fields plus the transaction, renewal
@@ -137,43 +169,66 @@ extension BatchPlan {
         }
     }
 
-    /// Returns one row: (versions inserted, current facts inserted or replaced).
-    /// `stored`: what a transaction version already stored does to its insert (`StoredRows`); the current fact is an
-    /// upsert either way.
-    static func transactionsQuery(
-        _ events: [EntitlementEvent], texts: [String: EventTexts], stored: StoredRows
-    ) -> PostgresQuery? {
-        struct Version {
+    /// The transaction versions of a batch, each (environment, transactionId, signedDate) once, and which of them is
+    /// the newest of its transaction in the batch (the candidate current fact).
+    struct TransactionVersions: Sendable {
+        struct Version: Sendable {
             var environment: String, transactionId: String, signedDate: Int64, payload: JSONValue
             var eventId: String
             var columns: TransactionColumns
         }
-        var seen = Set<VersionKey>()
         var versions: [Version] = []
-        versions.reserveCapacity(events.count)
-        for event in events {
-            guard let payload = event.transaction else { continue }
-            let c = TransactionColumns(payload.objectValue ?? [:])
-            guard let transactionId = c.transactionId ?? event.transactionId else { continue }
-            let signed = c.signedDate ?? event.signedDate
-            guard seen.insert(VersionKey(environment: event.environment, transactionId: transactionId, signedDate: signed)).inserted
-            else { continue }
-            versions.append(Version(
-                environment: event.environment, transactionId: transactionId, signedDate: signed, payload: payload,
-                eventId: event.eventId, columns: c))
+        var isNewest: [Bool] = []
+
+        init?(_ events: [EntitlementEvent]) {
+            var seen = Set<VersionKey>()
+            versions.reserveCapacity(events.count)
+            for event in events {
+                guard let payload = event.transaction else { continue }
+                let c = TransactionColumns(payload.objectValue ?? [:])
+                guard let transactionId = c.transactionId ?? event.transactionId else { continue }
+                let signed = c.signedDate ?? event.signedDate
+                guard seen.insert(VersionKey(environment: event.environment, transactionId: transactionId, signedDate: signed)).inserted
+                else { continue }
+                versions.append(Version(
+                    environment: event.environment, transactionId: transactionId, signedDate: signed, payload: payload,
+                    eventId: event.eventId, columns: c))
+            }
+            guard !versions.isEmpty else { return nil }
+            // The newest version of each (environment, transactionId) in the batch is the candidate current fact
+            // (chosen here rather than by a DISTINCT ON sort of the whole batch in the statement). Ties are
+            // impossible: versions are distinct by (environment, transactionId, signedDate).
+            var newest: [VersionKey: Int] = [:]
+            for (i, v) in versions.enumerated() {
+                let key = VersionKey(environment: v.environment, transactionId: v.transactionId, signedDate: 0)
+                if let j = newest[key], versions[j].signedDate >= v.signedDate { continue }
+                newest[key] = i
+            }
+            isNewest = [Bool](repeating: false, count: versions.count)
+            for i in newest.values { isNewest[i] = true }
         }
-        guard !versions.isEmpty else { return nil }
-        // The newest version of each (environment, transactionId) in the batch is the candidate current fact
-        // (chosen here rather than by a DISTINCT ON sort of the whole batch in the statement). Ties are impossible:
-        // versions are distinct by (environment, transactionId, signedDate).
-        var newest: [VersionKey: Int] = [:]
-        for (i, v) in versions.enumerated() {
-            let key = VersionKey(environment: v.environment, transactionId: v.transactionId, signedDate: 0)
-            if let j = newest[key], versions[j].signedDate >= v.signedDate { continue }
-            newest[key] = i
+
+        func payloadText(_ v: Version, _ texts: [String: EventTexts]) -> String {
+            texts[v.eventId]?.transaction ?? BatchPlan.jsonText(v.payload) ?? "{}"
         }
-        var isNewest = [Bool](repeating: false, count: versions.count)
-        for i in newest.values { isNewest[i] = true }
+    }
+
+    static let transactionColumns = [
+        "environment", "transaction_id", "signed_date_ms", "signed_date", "original_transaction_id",
+        "web_order_line_item_id", "bundle_id", "product_id", "product_type", "app_account_token", "ownership_type",
+        "quantity", "purchase_date", "original_purchase_date", "expires_date", "revocation_date", "revocation_reason",
+        "revocation_type", "revocation_percentage", "is_upgraded", "payload", "event_id",
+    ]
+
+    /// Returns one row: (versions inserted, current facts inserted or replaced). With `currentOnly`, only the
+    /// current facts are written (the versions are copied: `transactionVersionsCopy`) and the first count is 0.
+    /// `stored`: what a transaction version already stored does to its insert (`StoredRows`); the current fact is an
+    /// upsert either way.
+    static func transactionsQuery(
+        _ all: TransactionVersions, texts: [String: EventTexts], stored: StoredRows, currentOnly: Bool = false
+    ) -> PostgresQuery {
+        let picked = currentOnly ? all.versions.indices.filter { all.isNewest[$0] } : Array(all.versions.indices)
+        let versions = picked.map { all.versions[$0] }
         func column<T>(_ value: (TransactionColumns) -> T?) -> [T?] { versions.map { value($0.columns) } }
         func int32(_ value: Int64?) -> Int32? { value.flatMap { Int32(exactly: $0) } }
         var b = ColumnBinds()
@@ -196,22 +251,31 @@ extension BatchPlan {
         b.column(column(\.revocationType), "text", as: "rt")
         b.column(column { int32($0.revocationPercentage) }, "integer", as: "rp")
         b.column(column(\.isUpgraded), "boolean", as: "up")
-        b.column(versions.map { texts[$0.eventId]?.transaction ?? jsonText($0.payload) ?? "{}" }, "text", as: "p")
+        b.column(versions.map { all.payloadText($0, texts) }, "text", as: "p")
         b.column(versions.map(\.eventId), "text", as: "ev")
-        b.column(isNewest, "boolean", as: "cur")
-        let columns = """
-            environment, transaction_id, signed_date_ms, signed_date, original_transaction_id, web_order_line_item_id,
-            bundle_id, product_id, product_type, app_account_token, ownership_type, quantity, purchase_date,
-            original_purchase_date, expires_date, revocation_date, revocation_reason, revocation_type,
-            revocation_percentage, is_upgraded, payload, event_id
-            """
+        b.column(picked.map { all.isNewest[$0] }, "boolean", as: "cur")
+        let columns = transactionColumns.joined(separator: ", ")
         let select = """
             env, txn, sd, fleet_ms(sd), ot, wo, bu, pr, ty, tok, own, qty, fleet_ms(pd), fleet_ms(opd), fleet_ms(ex),
             fleet_ms(rd), rr, rt, rp, up, pj, ev
             """
-        let updates = columns.split(separator: ",").map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
-            .filter { $0 != "environment" && $0 != "transaction_id" }
+        let updates = transactionColumns.filter { $0 != "environment" && $0 != "transaction_id" }
             .map { "\($0) = EXCLUDED.\($0)" }.joined(separator: ", ")
+        let current = """
+            cur AS (
+                INSERT INTO transactions (\(columns))
+                SELECT \(select) FROM v WHERE v.cur
+                ON CONFLICT (environment, transaction_id) DO UPDATE SET \(updates)
+                WHERE transactions.signed_date_ms < EXCLUDED.signed_date_ms
+                RETURNING 1
+            )
+            """
+        if currentOnly {
+            return b.query("""
+                WITH v AS (SELECT x.*, x.p::jsonb AS pj FROM \(b.rows())), \(current)
+                SELECT 0::bigint, (SELECT count(*) FROM cur)
+                """)
+        }
         return b.query("""
             WITH v AS (
                 -- Materialized once (used twice): the payload is parsed into jsonb once per version.
@@ -221,14 +285,29 @@ extension BatchPlan {
                 SELECT \(select) FROM v
                 \(stored == .skip ? "ON CONFLICT (environment, transaction_id, signed_date_ms) DO NOTHING" : "")
                 RETURNING 1
-            ), cur AS (
-                INSERT INTO transactions (\(columns))
-                SELECT \(select) FROM v WHERE v.cur
-                ON CONFLICT (environment, transaction_id) DO UPDATE SET \(updates)
-                WHERE transactions.signed_date_ms < EXCLUDED.signed_date_ms
-                RETURNING 1
-            ) SELECT (SELECT count(*) FROM ver), (SELECT count(*) FROM cur)
+            ), \(current) SELECT (SELECT count(*) FROM ver), (SELECT count(*) FROM cur)
             """)
+    }
+
+    /// Every transaction version of a batch whose rows are all assumed new, in COPY text format; nil when a date
+    /// cannot be written as COPY text (then `transactionsQuery` writes them).
+    static func transactionVersionsCopy(_ all: TransactionVersions, texts: [String: EventTexts]) -> CopyRows? {
+        var t = CopyText(capacity: all.versions.count * 2048)
+        for v in all.versions {
+            let c = v.columns
+            for ms in [v.signedDate, c.purchaseDate, c.originalPurchaseDate, c.expiresDate, c.revocationDate]
+            where !CopyText.isWritable(ms) { return nil }
+            t.text(v.environment); t.text(v.transactionId); t.integer(v.signedDate); t.timestamp(v.signedDate)
+            t.text(c.originalTransactionId); t.text(c.webOrderLineItemId); t.text(c.bundleId); t.text(c.productId)
+            t.text(c.type); t.text(c.appAccountToken); t.text(c.inAppOwnershipType)
+            t.integer(c.quantity.flatMap { Int32(exactly: $0) }); t.timestamp(c.purchaseDate)
+            t.timestamp(c.originalPurchaseDate); t.timestamp(c.expiresDate); t.timestamp(c.revocationDate)
+            t.integer(c.revocationReason.flatMap { Int32(exactly: $0) }); t.text(c.revocationType)
+            t.integer(c.revocationPercentage.flatMap { Int32(exactly: $0) }); t.boolean(c.isUpgraded)
+            t.text(all.payloadText(v, texts)); t.text(v.eventId)
+            t.endRow()
+        }
+        return CopyRows(table: "transaction_versions", columns: transactionColumns, bytes: t.bytes, rowCount: all.versions.count)
     }
 
     /// The statuses (bound last, `statuses[i]` being the status of `events[i]`) are known only inside the
@@ -292,6 +371,44 @@ extension BatchPlan {
             ) SELECT count(*) FROM ins
             """
         return EventsStatement(binds: b, sql: sql, statusPlaceholder: status)
+    }
+}
+
+extension BatchPlan {
+    /// The entitlement_events rows of a batch whose events are all assumed new, in COPY text format, the status (known
+    /// after the fold) to be appended. nil when a date is outside `CopyText.isWritable` (then `eventsStatement`).
+    static func eventsCopy(_ events: [EntitlementEvent], texts: [String: EventTexts]) -> CopyRowsAwaitingLast? {
+        guard !events.isEmpty else { return nil }
+        var t = CopyText(capacity: events.count * 1024)
+        var ends: [Int] = []
+        ends.reserveCapacity(events.count)
+        for e in events {
+            for ms in [e.validFrom, e.validUntil, e.revocationDate, e.signedDate, e.verifiedAt] as [Int64?]
+            where !CopyText.isWritable(ms) { return nil }
+            let x = texts[e.eventId]
+            t.text(e.eventId); t.text(e.environment); t.text(e.kind); t.text(e.effect.rawValue); t.text(e.reason)
+            t.text(e.subject); t.text(e.entitlement ?? (e.isConsumable ? nil : e.productId)); t.text(e.productId)
+            t.text(e.productType); t.text(e.transactionId); t.text(e.originalTransactionId); t.text(e.webOrderLineItemId)
+            t.text(e.appAccountToken); t.text(e.ownershipType)
+            t.integer(e.quantity.flatMap { Int32(exactly: $0) }); t.integer(e.units.flatMap { Int32(exactly: $0) })
+            t.timestamp(e.validFrom); t.timestamp(e.validUntil); t.timestamp(e.revocationDate)
+            t.integer(e.revocationReason.flatMap { Int32(exactly: $0) }); t.text(e.revocationType)
+            t.integer(e.revocationPercentage.flatMap { Int32(exactly: $0) })
+            t.text(e.notification?.uuid); t.text(e.notification?.type); t.text(e.notification?.subtype)
+            t.timestamp(e.signedDate); t.integer(e.signedDate); t.timestamp(e.verifiedAt)
+            t.text(e.source.topic); t.integer(e.source.partition); t.integer(e.source.offset); t.text(e.source.inputKind)
+            t.text(x?.renewalInfo); t.text(x?.appTransaction); t.text(x?.details)
+            ends.append(t.bytes.count)
+            t.endRow()
+        }
+        return CopyRowsAwaitingLast(table: "entitlement_events", columns: [
+            "event_id", "environment", "kind", "effect", "reason", "subject", "entitlement", "product_id", "product_type",
+            "transaction_id", "original_transaction_id", "web_order_line_item_id", "app_account_token", "ownership_type",
+            "quantity", "units", "valid_from", "valid_until", "revocation_date", "revocation_reason", "revocation_type",
+            "revocation_percentage", "notification_uuid", "notification_type", "notification_subtype", "signed_date",
+            "signed_date_ms", "verified_at", "source_topic", "source_partition", "source_offset", "input_kind",
+            "renewal_info", "app_transaction", "details", "status",
+        ], text: t, rowEnds: ends)
     }
 }
 

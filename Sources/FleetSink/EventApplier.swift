@@ -136,6 +136,12 @@ struct BatchPlan: Sendable {
         var notifications: PostgresQuery?
         var transactions: PostgresQuery?
         var events: EventsStatement?
+        /// The first attempt (every row assumed new) copies the append-only rows instead of inserting them, when
+        /// COPY text can hold every value (`CopyText.isWritable`): notifications, transaction versions (the current
+        /// facts are still upserted by `transactions`) and events.
+        var notificationsCopy: CopyRows?
+        var versionsCopy: CopyRows?
+        var eventsCopy: CopyRowsAwaitingLast?
         /// The reads the fold needs: current entitlement rows, ledger entries and restores of the keys touched.
         var entitlementsRead: PostgresQuery?
         var ledgerReads: (entries: PostgresQuery, restores: PostgresQuery)?
@@ -143,9 +149,16 @@ struct BatchPlan: Sendable {
         init(events: [EntitlementEvent], texts: [String: EventTexts], stored: StoredRows) {
             entitlementsRead = BatchPlan.entitlementsRead(events)
             ledgerReads = BatchPlan.ledgerReads(events)
-            notifications = BatchPlan.notificationsQuery(events, texts: texts, stored: stored)
-            transactions = BatchPlan.transactionsQuery(events, texts: texts, stored: stored)
-            self.events = BatchPlan.eventsStatement(events, texts: texts, stored: stored)
+            let copy = stored == .fail
+            notificationsCopy = copy ? BatchPlan.notificationsCopy(events, texts: texts) : nil
+            if notificationsCopy == nil { notifications = BatchPlan.notificationsQuery(events, texts: texts, stored: stored) }
+            if let versions = BatchPlan.TransactionVersions(events) {
+                versionsCopy = copy ? BatchPlan.transactionVersionsCopy(versions, texts: texts) : nil
+                transactions = BatchPlan.transactionsQuery(
+                    versions, texts: texts, stored: stored, currentOnly: versionsCopy != nil)
+            }
+            eventsCopy = copy ? BatchPlan.eventsCopy(events, texts: texts) : nil
+            if eventsCopy == nil { self.events = BatchPlan.eventsStatement(events, texts: texts, stored: stored) }
         }
     }
 
@@ -294,23 +307,35 @@ struct BatchPlan: Sendable {
         }
         phase("fold")
 
-        // 5. The writes that depend on the fold, queued together behind the others.
+        // 5. The writes that depend on the fold, queued together behind the others; then the COPYs of the first
+        // attempt (each sent once the statements before it are done).
         let eventsWritten = queue(writes.events?.query(statuses: statuses))
         let entitlementsWritten = queue(Self.entitlementsWrite(decision.changedRows))
         let ledgerWritten = queue(Self.ledgerWrite(decision.newLedgerEntries))
+        var copied: [String: Int] = [:]
+        for copy in [
+            writes.notificationsCopy, writes.versionsCopy,
+            writes.eventsCopy?.rows { statuses[$0].rawValue },
+        ] {
+            guard let copy, failure == nil else { continue }
+            do {
+                try await copy.send(on: tx, logger: logger)
+                copied[copy.table] = copy.rowCount
+            } catch { keep(error) }
+        }
         // Every queued statement is awaited, in order. The error thrown is the one PostgreSQL met first: a statement
         // queued behind a failed one only reports that the transaction is aborted (25P02), and a first attempt's
         // unique violation must surface as itself for `metStoredRows`.
-        outcome.rowsWritten["notifications"] = await rowCount(notifications)
+        outcome.rowsWritten["notifications"] = await rowCount(notifications) ?? copied["notifications"]
         if let row = await settle(transactions)?.rows.first {
             do {
                 let (versions, current) = try row.decode((Int64, Int64).self)
-                outcome.rowsWritten["transaction_versions"] = Int(versions)
+                outcome.rowsWritten["transaction_versions"] = Int(versions) + (copied["transaction_versions"] ?? 0)
                 outcome.rowsWritten["transactions"] = Int(current)
             } catch { keep(error) }
         }
         phase("notifications+transactions")
-        outcome.rowsWritten["entitlement_events"] = await rowCount(eventsWritten)
+        outcome.rowsWritten["entitlement_events"] = await rowCount(eventsWritten) ?? copied["entitlement_events"]
         outcome.rowsWritten["entitlements"] = await rowCount(entitlementsWritten) ?? 0
         outcome.rowsWritten["consumable_ledger"] = await rowCount(ledgerWritten) ?? 0
         if let failure { throw failure }
