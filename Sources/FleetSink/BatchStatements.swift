@@ -377,7 +377,7 @@ extension BatchPlan {
 extension BatchPlan {
     /// The entitlement_events rows of a batch whose events are all assumed new, in COPY text format, the status (known
     /// after the fold) to be appended. nil when a date is outside `CopyText.isWritable` (then `eventsStatement`).
-    static func eventsCopy(_ events: [EntitlementEvent], texts: [String: EventTexts]) -> CopyRowsAwaitingLast? {
+    static func eventsCopy(_ events: [EntitlementEvent], texts: [String: EventTexts]) -> CopyRows? {
         guard !events.isEmpty else { return nil }
         var t = CopyText(capacity: events.count * 1024)
         var ends: [Int] = []
@@ -401,7 +401,7 @@ extension BatchPlan {
             ends.append(t.bytes.count)
             t.endRow()
         }
-        return CopyRowsAwaitingLast(table: "entitlement_events", columns: [
+        return CopyRows(table: "entitlement_events", columns: [
             "event_id", "environment", "kind", "effect", "reason", "subject", "entitlement", "product_id", "product_type",
             "transaction_id", "original_transaction_id", "web_order_line_item_id", "app_account_token", "ownership_type",
             "quantity", "units", "valid_from", "valid_until", "revocation_date", "revocation_reason", "revocation_type",

@@ -110,55 +110,68 @@ struct CopyText {
     }
 }
 
-/// A COPY of rows into one table, sent on the batch's connection.
+/// A COPY of rows into one table, sent on the batch's connection. With `rowEnds`, the rows' last column is known only
+/// inside the batch's transaction (the events' status): every other column is written before the transaction, row `i`
+/// ending (before its newline) at `rowEnds[i]`, and `completed(last:)` supplies the last column, appended to each row
+/// as the rows are sent.
 struct CopyRows: Sendable {
     var table: String
+    /// Every column, an awaited one last.
     var columns: [String]
     var bytes: [UInt8]
     var rowCount: Int
+    var rowEnds: [Int]? = nil
+    var last: [String]? = nil
 
-    func send(on connection: PostgresConnection, logger: Logger) async throws {
-        try await connection.copyFrom(table: table, columns: columns, logger: logger) { writer in
-            let chunk = 1 << 18
-            var start = 0
-            while start < bytes.count {
-                let end = min(bytes.count, start + chunk)
-                try await writer.write(ByteBuffer(bytes: bytes[start..<end]))
-                start = end
-            }
-        }
-    }
-}
-
-/// Rows in COPY text format whose last column is known only inside the batch's transaction (the events' status):
-/// every other column is written before the transaction, and the last one is appended to each row by `rows(last:)`.
-struct CopyRowsAwaitingLast: Sendable {
-    var table: String
-    /// Every column, the awaited one last.
-    var columns: [String]
-    /// The rows without their last column, each ending at `rowEnds[i]` (exclusive, before its newline).
-    var prefix: [UInt8]
-    var rowEnds: [Int]
-
+    /// Rows whose last column is still to come.
     init(table: String, columns: [String], text: CopyText, rowEnds: [Int]) {
+        self.init(table: table, columns: columns, bytes: text.bytes, rowCount: rowEnds.count, rowEnds: rowEnds)
+    }
+
+    init(table: String, columns: [String], bytes: [UInt8], rowCount: Int, rowEnds: [Int]? = nil) {
         self.table = table
         self.columns = columns
-        prefix = text.bytes
+        self.bytes = bytes
+        self.rowCount = rowCount
         self.rowEnds = rowEnds
     }
 
-    /// `last(i)`: the last column's text of row `i` (nothing to escape).
-    func rows(last: (Int) -> String) -> CopyRows {
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(prefix.count + rowEnds.count * 32)
-        var start = 0
-        for (i, end) in rowEnds.enumerated() {
-            bytes.append(contentsOf: prefix[start..<end])
-            bytes.append(UInt8(ascii: "\t"))
-            bytes.append(contentsOf: last(i).utf8)
-            bytes.append(UInt8(ascii: "\n"))
-            start = end + 1
+    /// `last[i]`: the last column's text of row `i` (nothing to escape).
+    func completed(last: [String]) -> CopyRows {
+        precondition(rowEnds?.count == last.count, "one last column per row")
+        var c = self
+        c.last = last
+        return c
+    }
+
+    func send(on connection: PostgresConnection, logger: Logger) async throws {
+        precondition(rowEnds == nil || last != nil, "the last column is missing")
+        try await connection.copyFrom(table: table, columns: columns, logger: logger) { writer in
+            let chunk = 1 << 18
+            guard let rowEnds, let last else {
+                var start = 0
+                while start < bytes.count {
+                    let end = min(bytes.count, start + chunk)
+                    try await writer.write(ByteBuffer(bytes: bytes[start..<end]))
+                    start = end
+                }
+                return
+            }
+            var buffer = ByteBuffer()
+            buffer.reserveCapacity(chunk + 4096)
+            var start = 0
+            for (i, end) in rowEnds.enumerated() {
+                buffer.writeBytes(bytes[start..<end])
+                buffer.writeInteger(UInt8(ascii: "\t"))
+                buffer.writeString(last[i])
+                buffer.writeInteger(UInt8(ascii: "\n"))
+                start = end + 1
+                if buffer.readableBytes >= chunk {
+                    try await writer.write(buffer)
+                    buffer.clear()
+                }
+            }
+            if buffer.readableBytes > 0 { try await writer.write(buffer) }
         }
-        return CopyRows(table: table, columns: columns, bytes: bytes, rowCount: rowEnds.count)
     }
 }

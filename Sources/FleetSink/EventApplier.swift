@@ -141,7 +141,7 @@ struct BatchPlan: Sendable {
         /// facts are still upserted by `transactions`) and events.
         var notificationsCopy: CopyRows?
         var versionsCopy: CopyRows?
-        var eventsCopy: CopyRowsAwaitingLast?
+        var eventsCopy: CopyRows?
         /// The reads the fold needs: current entitlement rows, ledger entries and restores of the keys touched.
         var entitlementsRead: PostgresQuery?
         var ledgerReads: (entries: PostgresQuery, restores: PostgresQuery)?
@@ -315,7 +315,7 @@ struct BatchPlan: Sendable {
         var copied: [String: Int] = [:]
         for copy in [
             writes.notificationsCopy, writes.versionsCopy,
-            writes.eventsCopy?.rows { statuses[$0].rawValue },
+            writes.eventsCopy?.completed(last: statuses.map(\.rawValue)),
         ] {
             guard let copy, failure == nil else { continue }
             do {
