@@ -21,10 +21,10 @@ public struct ApplyOutcome: Sendable, Equatable {
     public var statuses: [String: EventStatus] = [:]
 }
 
-/// Writes batches of verified entitlement events to PostgreSQL: one database transaction per batch, multi-row
-/// statements (`INSERT ... SELECT ... FROM (SELECT unnest($1::text[]) AS a, ...)`, whole columns bound as arrays: see
-/// `ColumnBinds.rows`), idempotent by
-/// eventId, notificationUUID and (environment, transactionId[, signedDate]).
+/// Writes batches of verified entitlement events to PostgreSQL: one database transaction per batch, the append-only
+/// rows of a batch assumed new sent by `COPY ... FROM STDIN` (`CopyRows`), every other write a multi-row statement
+/// (`INSERT ... SELECT ... FROM (SELECT unnest($1::text[]) AS a, ...)`, whole columns bound as arrays: see
+/// `ColumnBinds.rows`); idempotent by eventId, notificationUUID and (environment, transactionId[, signedDate]).
 ///
 /// Ordering (docs/entitlement-mapping.md, "Ordering and idempotency"): within a batch events are applied in signedDate
 /// order; an event signed before what an entitlement last applied is recorded as `stale` and changes nothing.
