@@ -295,8 +295,9 @@ extension BatchPlan {
         var t = CopyText(capacity: all.versions.count * 2048)
         for v in all.versions {
             let c = v.columns
-            for ms in [v.signedDate, c.purchaseDate, c.originalPurchaseDate, c.expiresDate, c.revocationDate]
-            where !CopyText.isWritable(ms) { return nil }
+            guard CopyText.isWritable(v.signedDate), CopyText.isWritable(c.purchaseDate),
+                  CopyText.isWritable(c.originalPurchaseDate), CopyText.isWritable(c.expiresDate),
+                  CopyText.isWritable(c.revocationDate) else { return nil }
             t.text(v.environment); t.text(v.transactionId); t.integer(v.signedDate); t.timestamp(v.signedDate)
             t.text(c.originalTransactionId); t.text(c.webOrderLineItemId); t.text(c.bundleId); t.text(c.productId)
             t.text(c.type); t.text(c.appAccountToken); t.text(c.inAppOwnershipType)
@@ -383,8 +384,9 @@ extension BatchPlan {
         var ends: [Int] = []
         ends.reserveCapacity(events.count)
         for e in events {
-            for ms in [e.validFrom, e.validUntil, e.revocationDate, e.signedDate, e.verifiedAt] as [Int64?]
-            where !CopyText.isWritable(ms) { return nil }
+            guard CopyText.isWritable(e.validFrom), CopyText.isWritable(e.validUntil),
+                  CopyText.isWritable(e.revocationDate), CopyText.isWritable(e.signedDate),
+                  CopyText.isWritable(e.verifiedAt) else { return nil }
             let x = texts[e.eventId]
             t.text(e.eventId); t.text(e.environment); t.text(e.kind); t.text(e.effect.rawValue); t.text(e.reason)
             t.text(e.subject); t.text(e.entitlement ?? (e.isConsumable ? nil : e.productId)); t.text(e.productId)
@@ -408,7 +410,7 @@ extension BatchPlan {
             "revocation_percentage", "notification_uuid", "notification_type", "notification_subtype", "signed_date",
             "signed_date_ms", "verified_at", "source_topic", "source_partition", "source_offset", "input_kind",
             "renewal_info", "app_transaction", "details", "status",
-        ], text: t, rowEnds: ends)
+        ], bytes: t.bytes, rowCount: ends.count, rowEnds: ends)
     }
 }
 

@@ -123,11 +123,6 @@ struct CopyRows: Sendable {
     var rowEnds: [Int]? = nil
     var last: [String]? = nil
 
-    /// Rows whose last column is still to come.
-    init(table: String, columns: [String], text: CopyText, rowEnds: [Int]) {
-        self.init(table: table, columns: columns, bytes: text.bytes, rowCount: rowEnds.count, rowEnds: rowEnds)
-    }
-
     init(table: String, columns: [String], bytes: [UInt8], rowCount: Int, rowEnds: [Int]? = nil) {
         self.table = table
         self.columns = columns
