@@ -61,6 +61,8 @@ public final class IngestService: Service, Sendable {
         let idle = configuration.idleTimeout.components
         let onListening = self.onListening
         let port = configuration.port
+        // The server's own loops (`eventLoopThreads`), shut down when it has stopped.
+        let loops = MultiThreadedEventLoopGroup(numberOfThreads: configuration.eventLoopThreads)
         let app = Application(
             router: router,
             server: .http1(configuration: .init(idleTimeout: .nanoseconds(idle.seconds * 1_000_000_000 + idle.attoseconds / 1_000_000_000))),
@@ -71,9 +73,11 @@ public final class IngestService: Service, Sendable {
                 readiness.set(IngestService.readinessCondition, true)
                 await onListening(channel.localAddress?.port ?? port)
             },
+            eventLoopGroupProvider: .shared(loops),
             logger: quiet)
         logger.info("ingest listening", metadata: [
-            "port": "\(configuration.port)", "topic": "\(configuration.topic)",
+            "port": "\(configuration.port)", "event-loops": "\(configuration.eventLoopThreads)",
+            "verifier-threads": "\(configuration.verifierThreads)", "topic": "\(configuration.topic)",
             "notifications": "\(configuration.notificationsPath)", "transactions": "\(configuration.transactionsPath)",
             "auth": "\(configuration.apiToken == nil ? "none" : "bearer")",
         ])
@@ -104,6 +108,7 @@ public final class IngestService: Service, Sendable {
         }
         readiness.set(Self.readinessCondition, false)
         try? await verifiers.shutdownGracefully()
+        try? await loops.shutdownGracefully()
         let pending = producer.inFlight
         let flushed = await producer.flush(deadline: configuration.shutdownDeadline)
         await producer.close(deadline: .seconds(1))

@@ -52,6 +52,12 @@ struct Ingest: AsyncParsableCommand {
     @Option(help: "Requests handled at once (default 1024); beyond it 503 + Retry-After.")
     var maxInFlight: Int?
 
+    @Option(help: "Threads verifying /v1/transactions (default: one per core).")
+    var verifierThreads: Int?
+
+    @Option(help: "Event-loop threads of the HTTP server (default: half the cores, at least 1).")
+    var eventLoopThreads: Int?
+
     @Option(help: "Milliseconds a request may wait for its delivery report before 503 (default 5000).")
     var publishTimeoutMs: Int?
 
@@ -102,9 +108,9 @@ struct Ingest: AsyncParsableCommand {
         let opsHost = settings.string("metrics-host", flag: metricsHost, default: "127.0.0.1")!
         do {
             resolved = try resolve(settings)
+            try resolved.validate()
             processor = try resolveProcessor(settings, worker: workerSettings)
             opsPort = try settings.int("metrics-port", flag: metricsPort, default: 9092)
-            try resolved.validate()
         } catch {
             throw ValidationError("\(error)")
         }
@@ -138,7 +144,7 @@ struct Ingest: AsyncParsableCommand {
         }
         let kafka = KafkaConfiguration(bootstrapServers: bootstrap, clientId: "fleet-ingest",
                                        properties: try s.kafkaProperties(flag: kafkaProperties))
-        return IngestConfiguration(
+        var configuration = IngestConfiguration(
             kafka: kafka, topic: s.string("topic", flag: topic, default: FleetTopics.raw)!,
             host: s.string("host", flag: host, default: "0.0.0.0")!,
             port: try s.int("port", flag: port, default: 8080),
@@ -152,6 +158,10 @@ struct Ingest: AsyncParsableCommand {
             retryAfterSeconds: try s.int("retry-after-seconds", flag: retryAfterSeconds, default: 5),
             apiToken: token,
             shutdownDeadline: .seconds(try s.int("shutdown-deadline-seconds", flag: shutdownDeadlineSeconds, default: 25)))
+        configuration.verifierThreads = try s.int("verifier-threads", flag: verifierThreads, default: configuration.verifierThreads)
+        configuration.eventLoopThreads = try s.int(
+            "event-loop-threads", flag: eventLoopThreads, default: IngestConfiguration.defaultEventLoopThreads)
+        return configuration
     }
 
     /// The workers' verification entry point with the workers' policy keys (`ingest:` first, then `worker:`).

@@ -37,6 +37,24 @@ struct IngestCommandTests {
         return out
     }
 
+    @Test("a bad thread count, from a flag or FLEET_*, is refused naming its key")
+    func threadSettingsAreValidated() throws {
+        var env = ProcessInfo.processInfo.environment
+        env["FLEET_CONFIG"] = nil
+        let base = ["ingest", "--bootstrap-servers", "127.0.0.1:1", "--root-certificate", "/nonexistent/root.der",
+                    "--bundle-id", TestPayloads.bundleId, "--environment", "Sandbox"]
+        for (flag, value) in [("--event-loop-threads", "0"), ("--verifier-threads", "0"), ("--event-loop-threads", "300")] {
+            let out = try FleetBinary.run(base + [flag, value], environment: env)
+            #expect(out.status != 0)
+            #expect(out.stderr.contains("invalid value '\(value)' for \(flag.dropFirst(2))"), "\(out.stderr)")
+        }
+        var viaEnv = env
+        viaEnv["FLEET_EVENT_LOOP_THREADS"] = "0"
+        let out = try FleetBinary.run(base, environment: viaEnv)
+        #expect(out.status != 0)
+        #expect(out.stderr.contains("invalid value '0' for event-loop-threads"), "\(out.stderr)")
+    }
+
     @Test func ingestProcessAcceptanceAndSigterm() async throws {
         guard let url = FleetBinary.url else {
             Issue.record("fleet executable not built")

@@ -115,7 +115,20 @@ struct IngestRequestTests {
         c = IngestConfiguration(kafka: KafkaConfiguration(bootstrapServers: "x:1"))
         c.transactionsPath = c.notificationsPath
         #expect(throws: IngestConfigurationError.self) { try c.validate() }
+        for (key, set) in [("event-loop-threads", { (c: inout IngestConfiguration, n: Int) in c.eventLoopThreads = n }),
+                           ("verifier-threads", { (c: inout IngestConfiguration, n: Int) in c.verifierThreads = n })] {
+            for bad in [0, -1, 257] {
+                c = IngestConfiguration(kafka: KafkaConfiguration(bootstrapServers: "x:1"))
+                set(&c, bad)
+                do { try c.validate(); Issue.record("\(key) \(bad) was accepted") } catch {
+                    #expect(error.key == key)
+                }
+            }
+        }
         c = IngestConfiguration(kafka: KafkaConfiguration(bootstrapServers: "x:1"))
+        // Half the verifier threads (one per core), at least one.
+        #expect(c.eventLoopThreads == IngestConfiguration.defaultEventLoopThreads)
+        #expect(c.eventLoopThreads == max(1, c.verifierThreads / 2))
         c.apiToken = Array("short-secret".utf8)
         do { try c.validate(); Issue.record("a short token was accepted") } catch {
             #expect(!"\(error)".contains("short-secret"))
