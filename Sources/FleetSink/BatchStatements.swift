@@ -30,9 +30,7 @@ extension BatchPlan {
         b.column(picked.map { received[$0.1.uuid] ?? events[$0.0].verifiedAt }, "bigint", as: "ra")
         return b.query("""
             WITH ins AS (
-                INSERT INTO notifications (notification_uuid, environment, notification_type, subtype, version,
-                    bundle_id, app_apple_id, original_transaction_id, transaction_id, signed_date, signed_date_ms,
-                    payload, source_topic, source_partition, source_offset, received_at, applied_at)
+                INSERT INTO notifications (\(notificationColumns.joined(separator: ", ")))
                 SELECT u, env, t, st, v, bu, aai, ot, tr, fleet_ms(sd), sd, p::jsonb, tp, pa, o, fleet_ms(ra), now()
                 FROM \(b.rows())
                 \(stored == .skip ? "ON CONFLICT (notification_uuid) DO NOTHING" : "")
@@ -75,12 +73,15 @@ extension BatchPlan {
             t.text("now")
             t.endRow()
         }
-        return CopyRows(table: "notifications", columns: [
-            "notification_uuid", "environment", "notification_type", "subtype", "version", "bundle_id", "app_apple_id",
-            "original_transaction_id", "transaction_id", "signed_date", "signed_date_ms", "payload", "source_topic",
-            "source_partition", "source_offset", "received_at", "applied_at",
-        ], bytes: t.bytes, rowCount: picked.count)
+        return CopyRows(table: "notifications", columns: notificationColumns, bytes: t.bytes, rowCount: picked.count)
     }
+
+    /// The notifications columns both writes fill, in their order.
+    static let notificationColumns = [
+        "notification_uuid", "environment", "notification_type", "subtype", "version", "bundle_id", "app_apple_id",
+        "original_transaction_id", "transaction_id", "signed_date", "signed_date_ms", "payload", "source_topic",
+        "source_partition", "source_offset", "received_at", "applied_at",
+    ]
 
     /// The decoded notification stored in `notifications.payload`: its header fields plus the transaction, renewal
     /// info, AppTransaction and details documents, whose JSON text (`parts`, when already written for the other
@@ -324,7 +325,7 @@ extension BatchPlan {
         b.column(events.map(\.effect.rawValue), "text", as: "ef")
         b.column(events.map(\.reason), "text", as: "r")
         b.column(events.map(\.subject), "text", as: "su")
-        b.column(events.map { $0.entitlement ?? ($0.isConsumable ? nil : $0.productId) }, "text", as: "en")
+        b.column(events.map(\.entitlementColumn), "text", as: "en")
         b.column(events.map(\.productId), "text", as: "pr")
         b.column(events.map(\.productType), "text", as: "pt")
         b.column(events.map(\.transactionId), "text", as: "tr")
@@ -356,16 +357,10 @@ extension BatchPlan {
         let status = b.nextPlaceholder
         let sql = """
             WITH ins AS (
-                INSERT INTO entitlement_events (event_id, status, environment, kind, effect, reason, subject,
-                    entitlement, product_id, product_type, transaction_id, original_transaction_id,
-                    web_order_line_item_id, app_account_token, ownership_type, quantity, units, valid_from,
-                    valid_until, revocation_date, revocation_reason, revocation_type, revocation_percentage,
-                    notification_uuid, notification_type, notification_subtype, signed_date, signed_date_ms,
-                    verified_at, source_topic, source_partition, source_offset, input_kind, renewal_info,
-                    app_transaction, details)
-                SELECT id, st, env, k, ef, r, su, en, pr, pt, tr, ot, wo, tok, own, q, un, fleet_ms(vf), fleet_ms(vu),
+                INSERT INTO entitlement_events (\(eventColumns.joined(separator: ", ")))
+                SELECT id, env, k, ef, r, su, en, pr, pt, tr, ot, wo, tok, own, q, un, fleet_ms(vf), fleet_ms(vu),
                        fleet_ms(rd), rr, rt, rp, nu, nt, ns, fleet_ms(sd), sd, fleet_ms(va), tp, pa, o, ik,
-                       ri::jsonb, at::jsonb, de::jsonb
+                       ri::jsonb, at::jsonb, de::jsonb, st
                 FROM \(b.rows("unnest(\(status)::text[]) AS st"))
                 \(stored == .skip ? "ON CONFLICT (event_id) DO NOTHING" : "")
                 RETURNING 1
@@ -389,7 +384,7 @@ extension BatchPlan {
                   CopyText.isWritable(e.verifiedAt) else { return nil }
             let x = texts[e.eventId]
             t.text(e.eventId); t.text(e.environment); t.text(e.kind); t.text(e.effect.rawValue); t.text(e.reason)
-            t.text(e.subject); t.text(e.entitlement ?? (e.isConsumable ? nil : e.productId)); t.text(e.productId)
+            t.text(e.subject); t.text(e.entitlementColumn); t.text(e.productId)
             t.text(e.productType); t.text(e.transactionId); t.text(e.originalTransactionId); t.text(e.webOrderLineItemId)
             t.text(e.appAccountToken); t.text(e.ownershipType)
             t.integer(e.quantity.flatMap { Int32(exactly: $0) }); t.integer(e.units.flatMap { Int32(exactly: $0) })
@@ -403,15 +398,23 @@ extension BatchPlan {
             ends.append(t.bytes.count)
             t.endRow()
         }
-        return CopyRows(table: "entitlement_events", columns: [
-            "event_id", "environment", "kind", "effect", "reason", "subject", "entitlement", "product_id", "product_type",
-            "transaction_id", "original_transaction_id", "web_order_line_item_id", "app_account_token", "ownership_type",
-            "quantity", "units", "valid_from", "valid_until", "revocation_date", "revocation_reason", "revocation_type",
-            "revocation_percentage", "notification_uuid", "notification_type", "notification_subtype", "signed_date",
-            "signed_date_ms", "verified_at", "source_topic", "source_partition", "source_offset", "input_kind",
-            "renewal_info", "app_transaction", "details", "status",
-        ], bytes: t.bytes, rowCount: ends.count, rowEnds: ends)
+        return CopyRows(table: "entitlement_events", columns: eventColumns, bytes: t.bytes, rowCount: ends.count, rowEnds: ends)
     }
+
+    /// The entitlement_events columns both writes fill, in their order; the status (known after the fold) last.
+    static let eventColumns = [
+        "event_id", "environment", "kind", "effect", "reason", "subject", "entitlement", "product_id", "product_type",
+        "transaction_id", "original_transaction_id", "web_order_line_item_id", "app_account_token", "ownership_type",
+        "quantity", "units", "valid_from", "valid_until", "revocation_date", "revocation_reason", "revocation_type",
+        "revocation_percentage", "notification_uuid", "notification_type", "notification_subtype", "signed_date",
+        "signed_date_ms", "verified_at", "source_topic", "source_partition", "source_offset", "input_kind",
+        "renewal_info", "app_transaction", "details", "status",
+    ]
+}
+
+extension EntitlementEvent {
+    /// `entitlement_events.entitlement`: the event's entitlement, else a non-consumable's product.
+    var entitlementColumn: String? { entitlement ?? (isConsumable ? nil : productId) }
 }
 
 /// A transaction version's key within a batch (`signedDate` 0 for the key of its transaction).

@@ -159,8 +159,7 @@ struct Ingest: AsyncParsableCommand {
             apiToken: token,
             shutdownDeadline: .seconds(try s.int("shutdown-deadline-seconds", flag: shutdownDeadlineSeconds, default: 25)))
         configuration.verifierThreads = try s.int("verifier-threads", flag: verifierThreads, default: configuration.verifierThreads)
-        configuration.eventLoopThreads = try s.int(
-            "event-loop-threads", flag: eventLoopThreads, default: IngestConfiguration.defaultEventLoopThreads)
+        configuration.eventLoopThreads = try s.int("event-loop-threads", flag: eventLoopThreads, default: configuration.eventLoopThreads)
         return configuration
     }
 
