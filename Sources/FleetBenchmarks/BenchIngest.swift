@@ -26,6 +26,9 @@ public struct BenchIngest: Sendable {
     public func run() async throws {
         var logger = Logger(label: "fleet.bench.ingest")
         logger.logLevel = .warning
+        // The log handler `fleet ingest` runs with by default (Hummingbird sets a request id in every request's logger
+        // metadata, so the handler's cost is on every request).
+        FleetLogging.bootstrap(format: "json", level: "warning")
         FleetMetrics.bootstrap()
         let wrk = try resolveClient()
         let loadBefore = Self.loadAverage()
