@@ -62,6 +62,7 @@ public struct BenchWorker: Sendable {
         print("pre-produced \(inputs) notifications of up to \(largest) bytes over \(partitions) partitions")
         let root = FileManager.default.temporaryDirectory.appendingPathComponent("bench-root-\(UUID().uuidString.prefix(6)).der").path
         _ = FileManager.default.createFile(atPath: root, contents: Data(TestPKI.der(pki.root)))
+        defer { try? FileManager.default.removeItem(atPath: root) }
 
         // 3. One worker process using every core.
         let port = Loopback.freePort()
@@ -100,6 +101,7 @@ public struct BenchWorker: Sendable {
         guard let started, let finished else {
             throw ValidationError("the worker did not process every input (running: \(p.isRunning)); its log: \(logPath)")
         }
+        try? FileManager.default.removeItem(atPath: logPath)  // kept only when the run failed (named above)
         let rssMB = peakRSSMegabytes(pid: p.processIdentifier)
         let seconds = (finished.0 - started).components
         let elapsed = Double(seconds.seconds) + Double(seconds.attoseconds) / 1e18

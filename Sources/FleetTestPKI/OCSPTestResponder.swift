@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import SwiftASN1
+import Synchronization
 import X509
 
 #if canImport(Glibc)
@@ -58,6 +59,7 @@ public final class OCSPTestResponder: @unchecked Sendable {
         p.standardError = handle
         try p.run()
         process = p
+        LiveResponders.add(p.processIdentifier, directory: dir.path)
         let deadline = Date().addingTimeInterval(10)
         while !logText.contains("ACCEPT") {
             guard p.isRunning, Date() < deadline else {
@@ -68,7 +70,11 @@ public final class OCSPTestResponder: @unchecked Sendable {
         }
     }
 
-    deinit { stop() }
+    /// Stops the responder and removes its directory (keys, index, log): nothing is left in the temporary directory.
+    deinit {
+        stop()
+        try? FileManager.default.removeItem(at: directory)
+    }
 
     struct ResponderError: Error, CustomStringConvertible {
         let description: String
@@ -87,6 +93,7 @@ public final class OCSPTestResponder: @unchecked Sendable {
             kill(process.processIdentifier, SIGKILL)
             process.waitUntilExit()
         }
+        LiveResponders.remove(process.processIdentifier)
     }
 
     /// The serial as openssl's index writes it (uppercase hex of the integer's bytes).
@@ -118,6 +125,33 @@ public final class OCSPTestResponder: @unchecked Sendable {
             }
         }
         return ok ? Int(UInt16(bigEndian: addr.sin_port)) : nil
+    }
+}
+
+/// The responders still running, stopped when this process exits. A responder held for a whole test run (a suite's
+/// `static let` fixture) is never deinitialized, and openssl, a child of ours, would otherwise outlive the run: each
+/// `make test` left its responders listening, and their directories behind.
+enum LiveResponders {
+    private static let running = Mutex<[pid_t: String]>([:])
+    private static let cleanupAtExit: Void = { atexit { LiveResponders.stopAll() } }()
+
+    static func add(_ pid: pid_t, directory: String) {
+        cleanupAtExit
+        running.withLock { $0[pid] = directory }
+    }
+
+    static func remove(_ pid: pid_t) { _ = running.withLock { $0.removeValue(forKey: pid) } }
+
+    static func stopAll() {
+        let all = running.withLock { (all: inout [pid_t: String]) -> [pid_t: String] in
+            let taken = all
+            all.removeAll()
+            return taken
+        }
+        for (pid, directory) in all {
+            kill(pid, SIGKILL)
+            try? FileManager.default.removeItem(atPath: directory)
+        }
     }
 }
 

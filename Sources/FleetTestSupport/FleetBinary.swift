@@ -129,7 +129,13 @@ public final class ChildProcess: @unchecked Sendable {
         try process.run()
     }
 
-    deinit { if process.isRunning { kill(process.processIdentifier, SIGKILL) } }
+    /// Kills the child if still running and removes its output files (a test reads them, and quotes them in its
+    /// failures, before it releases the child); `FLEET_KEEP_TEST_LOGS=1` keeps them.
+    deinit {
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
+        guard ProcessInfo.processInfo.environment["FLEET_KEEP_TEST_LOGS"] == nil else { return }
+        for file in [logFile, stdoutFile].compactMap({ $0 }) { try? FileManager.default.removeItem(at: file) }
+    }
 
     public var pid: Int32 { process.processIdentifier }
     public var isRunning: Bool { process.isRunning }

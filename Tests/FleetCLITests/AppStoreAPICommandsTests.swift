@@ -46,8 +46,7 @@ struct AppStoreAPICommandsTests {
     }
 
     static func writeTemp(_ text: String, name: String) throws -> String {
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("fleet-api-\(UUID().uuidString.prefix(8))")
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        let dir = try TemporaryFiles.directory("fleet-api")
         let path = dir.appendingPathComponent(name).path
         try text.write(toFile: path, atomically: true, encoding: .utf8)
         return path

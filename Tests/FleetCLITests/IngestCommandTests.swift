@@ -65,8 +65,7 @@ struct IngestCommandTests {
         try cluster.createTopic(topic, partitions: 4)
         _ = try await KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers)).waitForTopics([topic])
         let pki = try TestPKI()
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("fleet-ingest-cli-\(UUID().uuidString.prefix(8))")
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        let dir = try TemporaryFiles.directory("fleet-ingest-cli")
         let root = dir.appendingPathComponent("root.der").path
         FileManager.default.createFile(atPath: root, contents: Data(pki.rootDER))
         let port = Loopback.freePort(), metrics = Loopback.freePort()

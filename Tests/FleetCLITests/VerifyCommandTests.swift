@@ -12,8 +12,7 @@ import Testing
 
     init() throws {
         pki = try TestPKI()
-        dir = FileManager.default.temporaryDirectory.appendingPathComponent("fleet-verify-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        dir = try TemporaryFiles.directory("fleet-verify")
         try Data(pki.rootDER).write(to: dir.appendingPathComponent("root.der"))
         try Data(pki.rootPEM.utf8).write(to: dir.appendingPathComponent("root.pem"))
     }

@@ -12,8 +12,7 @@ import Testing
     func verdictsPerModeBlocking() throws {
         let pki = try RevocationTestPKI()
         defer { pki.stop() }
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("fleet-verify-ocsp-\(UUID().uuidString)")
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        let dir = try TemporaryFiles.directory("fleet-verify-ocsp")
         let root = dir.appendingPathComponent("root.der").path
         try Data(pki.good.rootDER).write(to: URL(fileURLWithPath: root))
         let lines = [pki.good, pki.down, pki.revokedLeaf].map { $0.sign(TestPayloads.transaction()) }

@@ -29,6 +29,7 @@ struct SettingsTests {
 
     @Test func flagBeatsEnvironmentBeatsFileBeatsDefault() async throws {
         let path = try writeConfig(yaml)
+        defer { try? FileManager.default.removeItem(atPath: path) }
         let env = ["FLEET_GROUP": "env-group", "FLEET_KAFKA_SASL_USERNAME": "svc", "FLEET_KAFKA_SECURITY_PROTOCOL": "SSL"]
         let s = try await FleetSettings(section: "worker", configFile: path, environment: env)
         #expect(s.string("group", flag: "flag-group") == "flag-group")

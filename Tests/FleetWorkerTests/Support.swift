@@ -13,8 +13,8 @@ enum TestPaths {
     static var eventSchema: String { repoRoot.appendingPathComponent("config/entitlement-event.schema.json").path }
 
     static func tempFile(_ name: String, _ bytes: [UInt8]) -> String {
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("fleet-worker-tests-\(UUID().uuidString.prefix(8))")
-        try? FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        let dir = (try? TemporaryFiles.directory("fleet-worker-tests"))
+            ?? FileManager.default.temporaryDirectory.appendingPathComponent("fleet-worker-tests-\(UUID().uuidString)")
         let path = dir.appendingPathComponent(name).path
         FileManager.default.createFile(atPath: path, contents: Data(bytes))
         return path
