@@ -102,12 +102,14 @@ public struct PipelineBenchmark: Sendable {
                 for (label, p) in [("p50", 0.5), ("p99", 0.99)] { stages["\(name)_\(label)"] = (Self.percentile(sorted, p) * 10).rounded() / 10 }
             }
             await stack.stop()
+            stack.removeWorkDirectory()  // kept when the run failed (the error names it)
             return Result(
                 events_per_s: eventsPerS.rounded(), p50_ms: (pct(0.50) * 10).rounded() / 10, p99_ms: (pct(0.99) * 10).rounded() / 10,
                 verify_notifications_per_s_single_thread: verifyReference.rounded(), burst_notifications: burstInputs.count,
                 latency_rate_per_s: latencyRate, latency_samples: latencies.count, stages_ms: stages)
         } catch {
             await stack.stop()
+            FileHandle.standardError.write(Data("bench pipeline: the processes' logs are kept in \(stack.directory)\n".utf8))
             throw error
         }
     }

@@ -27,6 +27,9 @@ public final class DemoRunner: @unchecked Sendable {
         public var ratePerSecond = 1500
         public var traffic = DemoTraffic.Options()
         public var keepRunning = false
+        /// Keep the work directory (every process's log, the products file, the test root) after a run that
+        /// succeeded; after a failure it is always kept, and named in the error.
+        public var keepLogs = false
         /// No live display (benchmarks); the summary is still returned.
         public var quiet = false
         public var drainTimeout: Duration = .seconds(120)
@@ -171,6 +174,12 @@ public final class DemoRunner: @unchecked Sendable {
         cluster = nil
     }
 
+    /// Removes the work directory (the processes' logs): after a run that succeeded, once `stop()` returned.
+    public func removeWorkDirectory() {
+        guard !directory.isEmpty else { return }
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
     // MARK: - Traffic
 
     public func run() async throws -> Summary {
@@ -202,7 +211,12 @@ public final class DemoRunner: @unchecked Sendable {
             throw error
         }
         await stop()
-        say("stopped    every process stopped cleanly; the throwaway database and cluster are gone.")
+        if options.keepLogs {
+            say("stopped    every process stopped cleanly; the throwaway database and cluster are gone; logs kept in \(directory)")
+        } else {
+            removeWorkDirectory()
+            say("stopped    every process stopped cleanly; the throwaway database, the cluster and the logs are gone (--keep-logs keeps the logs).")
+        }
         return summary
     }
 

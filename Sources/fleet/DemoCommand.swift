@@ -33,6 +33,9 @@ struct Demo: AsyncParsableCommand {
     @Flag(help: "Keep the stack running after the summary, until Ctrl-C.")
     var keepRunning = false
 
+    @Flag(help: "Keep the work directory with every process's log after a run that succeeded (a failed run always keeps it).")
+    var keepLogs = false
+
     func run() async throws {
         // The live display is the output; library logs (Kafka client, PostgreSQL) only when something goes wrong.
         FleetLogging.bootstrap(format: "text", level: "warning")
@@ -42,6 +45,7 @@ struct Demo: AsyncParsableCommand {
         options.ratePerSecond = max(1, rate)
         options.sinkWriters = max(1, sinkWriters)
         options.keepRunning = keepRunning
+        options.keepLogs = keepLogs
         options.traffic.subscribers = max(1, subscribers)
         options.traffic.months = max(1, months)
         options.traffic.ticketBuyers = max(0, ticketBuyers)
