@@ -16,7 +16,9 @@ import Synchronization
 /// same rows (every row the sink wrote, each table's into an empty table) measured in the same run: the ceiling.
 /// The last stdout line is one JSON object: `events_per_s`, `p99_batch_ms`, `copy_rows_per_s` (rows/s of that COPY),
 /// `copy_events_per_s` (the events those rows hold, per second of COPY) and `sink_to_copy_ratio` (events_per_s over
-/// copy_events_per_s), plus `events_table_copy_rows_per_s` (the entitlement_events rows alone).
+/// copy_events_per_s), plus `events_table_copy_rows_per_s` (the entitlement_events rows alone) and a stricter
+/// ceiling, `binary_copy_events_per_s` / `sink_to_binary_copy_ratio` (the same rows by a binary COPY that the server
+/// reads from a file).
 /// Registered by the lead under `fleet bench`.
 public struct BenchSink: Sendable {
     public init() {}
@@ -169,6 +171,21 @@ public struct BenchSink: Sendable {
             copiedRows += lines.rows.count
             if table == "entitlement_events" { eventsTableRowsPerSecond = Double(lines.rows.count) / max(tableSeconds, 1e-9) }
         }
+        // A stricter ceiling beside it: the same rows in binary format (the format the sink's own COPYs use since
+        // 2026-11-27), read by the server from a file it wrote (no client or protocol in the way at all).
+        var binarySeconds = 0.0
+        for table in Self.sinkTables {
+            let file = "\(postgres.directory)/copy_\(table).bin"
+            try await connection.query(PostgresQuery(unsafeSQL: "COPY \(table) TO '\(file)' (FORMAT binary)"), logger: logger)
+            try await connection.query(PostgresQuery(
+                unsafeSQL: "CREATE TABLE bcopy_\(table) (LIKE \(table) INCLUDING DEFAULTS INCLUDING COMPRESSION INCLUDING STORAGE)"),
+                logger: logger)
+            let copyStart = clock.now
+            try await connection.query(PostgresQuery(unsafeSQL: "COPY bcopy_\(table) FROM '\(file)' (FORMAT binary)"), logger: logger)
+            binarySeconds += seconds(clock.now - copyStart)
+            try? FileManager.default.removeItem(atPath: file)
+        }
+        let binaryCopyEventsPerSecond = Double(events) / max(binarySeconds, 1e-9)
         let copyRowsPerSecond = Double(copiedRows) / max(copySeconds, 1e-9)
         // The same events written by COPY alone: the events/s a sink could at best reach on this machine.
         let copyEventsPerSecond = Double(events) / max(copySeconds, 1e-9)
@@ -180,6 +197,8 @@ public struct BenchSink: Sendable {
         print(String(format: "COPY of the same %d rows (%.1f per event, %d tables) into empty tables: %.0f rows/s = %.0f events/s (%.2f s); sink/COPY = %.2f",
                      copiedRows, Double(copiedRows) / Double(events), Self.sinkTables.count, copyRowsPerSecond,
                      copyEventsPerSecond, copySeconds, ratio))
+        print(String(format: "the same rows by a binary COPY from a server-side file: %.0f events/s; sink/binary COPY = %.2f",
+                     binaryCopyEventsPerSecond, eventsPerSecond / binaryCopyEventsPerSecond))
         print(String(format: "(entitlement_events rows alone COPY at %.0f rows/s: the sink writes ~%.1f rows per event, with their indexes)",
                      eventsTableRowsPerSecond, Double(copiedRows) / Double(events)))
         let whose = cluster.isChild
@@ -188,9 +207,10 @@ public struct BenchSink: Sendable {
         print(String(format: "peak RSS while the sink ran %.1f MB (", rssMB) + whose
               + String(format: "; %.1f MB before the sink started)", rssBeforeSink))
         print("targets: >= 12000 events/s \(eventsPerSecond >= 12_000 ? "met" : "NOT met"); >= 0.6 x COPY \(ratio >= 0.6 ? "met" : "NOT met"); p99 batch < 250 ms \(p99 < 250 ? "met" : "NOT met"); RSS < 200 MB \(rssMB < 200 ? "met" : "NOT met")")
-        print(String(format: #"{"events_per_s": %.0f, "p99_batch_ms": %.2f, "copy_rows_per_s": %.0f, "copy_events_per_s": %.0f, "sink_to_copy_ratio": %.3f, "copy_rows_per_event": %.2f, "events_table_copy_rows_per_s": %.0f, "p50_batch_ms": %.2f, "events": %d, "batch_size": %d, "writers": %d, "rss_mb": %.1f, "rss_before_sink_mb": %.1f, "cluster_in_child_process": \#(cluster.isChild), "cluster_rss_mb": %.1f}"#,
+        print(String(format: #"{"events_per_s": %.0f, "p99_batch_ms": %.2f, "copy_rows_per_s": %.0f, "copy_events_per_s": %.0f, "sink_to_copy_ratio": %.3f, "copy_rows_per_event": %.2f, "events_table_copy_rows_per_s": %.0f, "binary_copy_events_per_s": %.0f, "sink_to_binary_copy_ratio": %.3f, "p50_batch_ms": %.2f, "events": %d, "batch_size": %d, "writers": %d, "rss_mb": %.1f, "rss_before_sink_mb": %.1f, "cluster_in_child_process": \#(cluster.isChild), "cluster_rss_mb": %.1f}"#,
                      eventsPerSecond, p99, copyRowsPerSecond, copyEventsPerSecond, ratio,
-                     Double(copiedRows) / Double(events), eventsTableRowsPerSecond, p50, events, batchSize, max(1, writers),
+                     Double(copiedRows) / Double(events), eventsTableRowsPerSecond, binaryCopyEventsPerSecond,
+                     eventsPerSecond / binaryCopyEventsPerSecond, p50, events, batchSize, max(1, writers),
                      rssMB, rssBeforeSink, clusterMB))
     }
 

@@ -54,26 +54,30 @@ extension BatchPlan {
         return (picked, received)
     }
 
-    /// The notifications of a batch whose rows are all assumed new, in COPY text format. `applied_at` is written
-    /// as `now`, which PostgreSQL reads as its transaction's start: `now()` in the insert. nil: nothing to write, or a
-    /// date COPY text does not write as `fleet_ms` would (then `notificationsQuery`).
+    /// The notifications of a batch whose rows are all assumed new, for a binary COPY. `applied_at`, the batch
+    /// transaction's start (`now()` in the insert), is appended when the rows are sent, once the transaction has read
+    /// it (`EventApplier`). nil: nothing to write, or a date outside `CopyBinary.isWritable` (then
+    /// `notificationsQuery`).
     static func notificationsCopy(_ events: [EntitlementEvent], texts: [String: EventTexts]) -> CopyRows? {
         let (picked, received) = pickNotifications(events)
         guard !picked.isEmpty else { return nil }
-        var t = CopyText(capacity: picked.count * 4096)
+        precondition(notificationColumns.last == "applied_at", "applied_at is appended last")
+        var t = CopyBinary(columns: notificationColumns.count, capacity: picked.count * 4096)
+        var ends: [Int] = []
+        ends.reserveCapacity(picked.count)
         for (i, n) in picked {
             let e = events[i]
             let ra = received[n.uuid] ?? e.verifiedAt
-            guard CopyText.isWritable(n.signedDate), CopyText.isWritable(ra) else { return nil }
+            guard CopyBinary.isWritable(n.signedDate), CopyBinary.isWritable(ra) else { return nil }
             t.text(n.uuid); t.text(e.environment); t.text(n.type); t.text(n.subtype); t.text(n.version)
-            t.text(e.bundleId); t.integer(e.appAppleId); t.text(e.originalTransactionId); t.text(e.transactionId)
-            t.timestamp(n.signedDate); t.integer(n.signedDate)
-            t.text(texts[e.eventId]?.notification ?? notificationPayload(e, n))
-            t.text(e.source.topic); t.integer(e.source.partition); t.integer(e.source.offset); t.timestamp(ra)
-            t.text("now")
-            t.endRow()
+            t.text(e.bundleId); t.int64(e.appAppleId); t.text(e.originalTransactionId); t.text(e.transactionId)
+            t.timestamp(n.signedDate); t.int64(n.signedDate)
+            t.jsonb(texts[e.eventId]?.notification ?? notificationPayload(e, n))
+            t.text(e.source.topic); t.int32(e.source.partition); t.int64(e.source.offset); t.timestamp(ra)
+            t.endRow(pending: 1)
+            ends.append(t.bytes.count)
         }
-        return CopyRows(table: "notifications", columns: notificationColumns, bytes: t.bytes, rowCount: picked.count)
+        return CopyRows(table: "notifications", columns: notificationColumns, rows: t, rowCount: picked.count, rowEnds: ends)
     }
 
     /// The notifications columns both writes fill, in their order.
@@ -290,26 +294,26 @@ extension BatchPlan {
             """)
     }
 
-    /// Every transaction version of a batch whose rows are all assumed new, in COPY text format; nil when a date
-    /// cannot be written as COPY text (then `transactionsQuery` writes them).
+    /// Every transaction version of a batch whose rows are all assumed new, for a binary COPY; nil when a date is
+    /// outside `CopyBinary.isWritable` (then `transactionsQuery` writes them).
     static func transactionVersionsCopy(_ all: TransactionVersions, texts: [String: EventTexts]) -> CopyRows? {
-        var t = CopyText(capacity: all.versions.count * 2048)
+        var t = CopyBinary(columns: transactionColumns.count, capacity: all.versions.count * 2048)
         for v in all.versions {
             let c = v.columns
-            guard CopyText.isWritable(v.signedDate), CopyText.isWritable(c.purchaseDate),
-                  CopyText.isWritable(c.originalPurchaseDate), CopyText.isWritable(c.expiresDate),
-                  CopyText.isWritable(c.revocationDate) else { return nil }
-            t.text(v.environment); t.text(v.transactionId); t.integer(v.signedDate); t.timestamp(v.signedDate)
+            guard CopyBinary.isWritable(v.signedDate), CopyBinary.isWritable(c.purchaseDate),
+                  CopyBinary.isWritable(c.originalPurchaseDate), CopyBinary.isWritable(c.expiresDate),
+                  CopyBinary.isWritable(c.revocationDate) else { return nil }
+            t.text(v.environment); t.text(v.transactionId); t.int64(v.signedDate); t.timestamp(v.signedDate)
             t.text(c.originalTransactionId); t.text(c.webOrderLineItemId); t.text(c.bundleId); t.text(c.productId)
             t.text(c.type); t.text(c.appAccountToken); t.text(c.inAppOwnershipType)
-            t.integer(c.quantity.flatMap { Int32(exactly: $0) }); t.timestamp(c.purchaseDate)
+            t.int32(c.quantity.flatMap { Int32(exactly: $0) }); t.timestamp(c.purchaseDate)
             t.timestamp(c.originalPurchaseDate); t.timestamp(c.expiresDate); t.timestamp(c.revocationDate)
-            t.integer(c.revocationReason.flatMap { Int32(exactly: $0) }); t.text(c.revocationType)
-            t.integer(c.revocationPercentage.flatMap { Int32(exactly: $0) }); t.boolean(c.isUpgraded)
-            t.text(all.payloadText(v, texts)); t.text(v.eventId)
+            t.int32(c.revocationReason.flatMap { Int32(exactly: $0) }); t.text(c.revocationType)
+            t.int32(c.revocationPercentage.flatMap { Int32(exactly: $0) }); t.boolean(c.isUpgraded)
+            t.jsonb(all.payloadText(v, texts)); t.text(v.eventId)
             t.endRow()
         }
-        return CopyRows(table: "transaction_versions", columns: transactionColumns, bytes: t.bytes, rowCount: all.versions.count)
+        return CopyRows(table: "transaction_versions", columns: transactionColumns, rows: t, rowCount: all.versions.count)
     }
 
     /// The statuses (bound last, `statuses[i]` being the status of `events[i]`) are known only inside the
@@ -371,34 +375,34 @@ extension BatchPlan {
 }
 
 extension BatchPlan {
-    /// The entitlement_events rows of a batch whose events are all assumed new, in COPY text format, the status (known
-    /// after the fold) to be appended. nil when a date is outside `CopyText.isWritable` (then `eventsStatement`).
+    /// The entitlement_events rows of a batch whose events are all assumed new, for a binary COPY, the status (known
+    /// after the fold) to be appended. nil when a date is outside `CopyBinary.isWritable` (then `eventsStatement`).
     static func eventsCopy(_ events: [EntitlementEvent], texts: [String: EventTexts]) -> CopyRows? {
         guard !events.isEmpty else { return nil }
-        var t = CopyText(capacity: events.count * 1024)
+        var t = CopyBinary(columns: eventColumns.count, capacity: events.count * 1024)
         var ends: [Int] = []
         ends.reserveCapacity(events.count)
         for e in events {
-            guard CopyText.isWritable(e.validFrom), CopyText.isWritable(e.validUntil),
-                  CopyText.isWritable(e.revocationDate), CopyText.isWritable(e.signedDate),
-                  CopyText.isWritable(e.verifiedAt) else { return nil }
+            guard CopyBinary.isWritable(e.validFrom), CopyBinary.isWritable(e.validUntil),
+                  CopyBinary.isWritable(e.revocationDate), CopyBinary.isWritable(e.signedDate),
+                  CopyBinary.isWritable(e.verifiedAt) else { return nil }
             let x = texts[e.eventId]
             t.text(e.eventId); t.text(e.environment); t.text(e.kind); t.text(e.effect.rawValue); t.text(e.reason)
             t.text(e.subject); t.text(e.entitlementColumn); t.text(e.productId)
             t.text(e.productType); t.text(e.transactionId); t.text(e.originalTransactionId); t.text(e.webOrderLineItemId)
             t.text(e.appAccountToken); t.text(e.ownershipType)
-            t.integer(e.quantity.flatMap { Int32(exactly: $0) }); t.integer(e.units.flatMap { Int32(exactly: $0) })
+            t.int32(e.quantity.flatMap { Int32(exactly: $0) }); t.int32(e.units.flatMap { Int32(exactly: $0) })
             t.timestamp(e.validFrom); t.timestamp(e.validUntil); t.timestamp(e.revocationDate)
-            t.integer(e.revocationReason.flatMap { Int32(exactly: $0) }); t.text(e.revocationType)
-            t.integer(e.revocationPercentage.flatMap { Int32(exactly: $0) })
+            t.int32(e.revocationReason.flatMap { Int32(exactly: $0) }); t.text(e.revocationType)
+            t.int32(e.revocationPercentage.flatMap { Int32(exactly: $0) })
             t.text(e.notification?.uuid); t.text(e.notification?.type); t.text(e.notification?.subtype)
-            t.timestamp(e.signedDate); t.integer(e.signedDate); t.timestamp(e.verifiedAt)
-            t.text(e.source.topic); t.integer(e.source.partition); t.integer(e.source.offset); t.text(e.source.inputKind)
-            t.text(x?.renewalInfo); t.text(x?.appTransaction); t.text(x?.details)
+            t.timestamp(e.signedDate); t.int64(e.signedDate); t.timestamp(e.verifiedAt)
+            t.text(e.source.topic); t.int32(e.source.partition); t.int64(e.source.offset); t.text(e.source.inputKind)
+            t.jsonb(x?.renewalInfo); t.jsonb(x?.appTransaction); t.jsonb(x?.details)
+            t.endRow(pending: 1)
             ends.append(t.bytes.count)
-            t.endRow()
         }
-        return CopyRows(table: "entitlement_events", columns: eventColumns, bytes: t.bytes, rowCount: ends.count, rowEnds: ends)
+        return CopyRows(table: "entitlement_events", columns: eventColumns, rows: t, rowCount: ends.count, rowEnds: ends)
     }
 
     /// The entitlement_events columns both writes fill, in their order; the status (known after the fold) last.

@@ -137,7 +137,7 @@ struct BatchPlan: Sendable {
         var transactions: PostgresQuery?
         var events: EventsStatement?
         /// The first attempt (every row assumed new) copies the append-only rows instead of inserting them, when
-        /// COPY text can hold every value (`CopyText.isWritable`): notifications, transaction versions (the current
+        /// a binary COPY writes every value as the inserts would (`CopyBinary.isWritable`): notifications, transaction versions (the current
         /// facts are still upserted by `transactions`) and events.
         var notificationsCopy: CopyRows?
         var versionsCopy: CopyRows?
@@ -192,6 +192,13 @@ struct BatchPlan: Sendable {
         guard let server = (error.closureError as? PSQLError)?.serverInfo, server[.sqlState] == "23505" else { return false }
         return server[.constraintName].map(storedRowKeys.contains) ?? false
     }
+
+    struct TransactionStartMissing: Error, CustomStringConvertible {
+        var description: String { "PostgreSQL returned no row for the transaction's start" }
+    }
+
+    /// `now()` (the transaction's start) in Unix microseconds, exactly (`extract` returns numeric).
+    static let transactionStart: PostgresQuery = "SELECT (extract(epoch FROM now()) * 1000000)::bigint"
 
     /// `FLEET_SINK_PHASES` set: each batch's phases are printed to stderr. Read once: reading the environment parses
     /// all of it, which is not for a per-batch path.
@@ -284,6 +291,9 @@ struct BatchPlan: Sendable {
         let ledgerRestoresRead = queue(writes.ledgerReads?.restores)
         let notifications = queue(writes.notifications)
         let transactions = queue(writes.transactions)
+        // The transaction's start in exact microseconds: `notifications.applied_at` of the copied rows, the `now()`
+        // the insert writes.
+        let started = writes.notificationsCopy == nil ? nil : queue(Self.transactionStart)
         phase("queued")
 
         _ = await settle(locked)
@@ -313,8 +323,16 @@ struct BatchPlan: Sendable {
         let entitlementsWritten = queue(Self.entitlementsWrite(decision.changedRows))
         let ledgerWritten = queue(Self.ledgerWrite(decision.newLedgerEntries))
         var copied: [String: Int] = [:]
+        var notificationsCopy: CopyRows?
+        if let copy = writes.notificationsCopy, let result = await settle(started) {
+            do {
+                let micros = try result.rows.first.map { try $0.decode(Int64.self) }
+                notificationsCopy = micros.map { copy.completed(everyRowTimestamp: $0) }
+                if micros == nil { keep(TransactionStartMissing()) }
+            } catch { keep(error) }
+        }
         for copy in [
-            writes.notificationsCopy, writes.versionsCopy,
+            notificationsCopy, writes.versionsCopy,
             writes.eventsCopy?.completed(last: statuses.map(\.rawValue)),
         ] {
             guard let copy, failure == nil else { continue }

@@ -76,11 +76,13 @@ struct PipelineCommandsTests {
             default: return 0
             }
         }
-        for key in ["events_per_s", "p99_batch_ms", "copy_rows_per_s", "copy_events_per_s", "sink_to_copy_ratio"] {
+        for key in ["events_per_s", "p99_batch_ms", "copy_rows_per_s", "copy_events_per_s", "sink_to_copy_ratio",
+                    "binary_copy_events_per_s", "sink_to_binary_copy_ratio"] {
             #expect(number(key) > 0, "\(key) in \(k)")
         }
         #expect(number("copy_rows_per_event") >= 3, "every table's rows are copied: \(k)")
         #expect(abs(number("sink_to_copy_ratio") - number("events_per_s") / number("copy_events_per_s")) < 0.01)
+        #expect(abs(number("sink_to_binary_copy_ratio") - number("events_per_s") / number("binary_copy_events_per_s")) < 0.01)
         let pipeline = try await Self.fleet(["bench", "pipeline", "--burst", "300", "--rate", "200", "--seconds", "2"], timeout: .seconds(240))
         #expect(pipeline.status == 0, "\(pipeline.stdout)\n\(pipeline.stderr.suffix(2000))")
         let p = try #require(pipeline.lastJSON)

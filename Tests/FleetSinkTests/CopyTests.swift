@@ -9,8 +9,8 @@ import Testing
 
 @Suite("The first attempt's COPY against a real PostgreSQL")
 struct CopyTests {
-    /// Events whose values exercise COPY text: escapes, NULLs, non-ASCII, the first and last dates it writes,
-    /// integers beyond `integer`.
+    /// Events whose values would need escapes in COPY text (the binary format has none), NULLs, non-ASCII, the first
+    /// and last dates it writes, integers beyond `integer`.
     private func awkwardEvents() -> [EntitlementEvent] {
         let t = baseTime
         var a = makeEvent("copy-a\tid", kind: "SUBSCRIPTION_STARTED", effect: .grant, signed: t, subject: "s\\1\nline",
@@ -80,30 +80,51 @@ struct CopyTests {
         }
     }
 
+    @Test("copied notifications get the batch transaction's start as applied_at, as the insert's now() does")
+    func appliedAtIsTransactionStart() async throws {
+        let events = awkwardEvents()
+        let plan = BatchPlan(events: events)
+        #expect(plan.allNew.notificationsCopy != nil)
+        let url = try await TestPostgres.shared.freshDatabase()
+        try await onDatabase(url) { (c: PostgresConnection) async throws in
+            let same = try await c.withTransaction(logger: testLogger) { tx in
+                // A moment inside the transaction, so that a clock read by the sink instead would differ.
+                try await tx.query("SELECT pg_sleep(0.05)", logger: testLogger)
+                let o = try await plan.execute(on: tx, checkStored: false, logger: testLogger)
+                #expect(o.rowsWritten["notifications"] == 2)
+                return try await scalar(tx, "SELECT bool_and(applied_at = now()) FROM notifications", as: Bool.self)
+            }
+            #expect(same)
+        }
+    }
+
     @Test("COPY's timestamps are fleet_ms's to the millisecond")
     func timestampsMatchFleetMs() async throws {
         let url = try await TestPostgres.shared.freshDatabase()
         var samples: [Int64] = [
-            0, 1, 999, 1_000, 86_399_999, 86_400_000, 951_782_400_000 /* 2000-02-29 */, 951_868_799_999,
-            1_700_000_000_123, 4_102_444_799_999 /* 2099-12-31 23:59:59.999 */,
+            0, 1, 999, 1_000, 86_399_999, 86_400_000, 946_684_799_999, 946_684_800_000 /* PostgreSQL's epoch */,
+            951_782_400_000 /* 2000-02-29 */, 951_868_799_999, 1_700_000_000_123, 4_102_444_799_999 /* 2099-12-31 23:59:59.999 */,
         ]
         var random = SystemRandomNumberGenerator()
-        for _ in 0..<200 { samples.append(Int64.random(in: 0..<4_102_444_800_000, using: &random)) }
+        for _ in 0..<300 { samples.append(Int64.random(in: 0..<4_102_444_800_000, using: &random)) }
         try await onDatabase(url) { (c: PostgresConnection) async throws in
-            for ms in samples {
-                #expect(CopyText.isWritable(ms))
-                var t = CopyText()
-                t.timestamp(ms)
-                let text = String(decoding: t.bytes, as: UTF8.self)
-                // Equal to fleet_ms and to the exact instant.
-                let same = try await c.query("""
-                    SELECT fleet_ms(\(ms)) = \(text)::timestamptz
-                       AND 'epoch'::timestamptz + \(ms) * interval '1 millisecond' = \(text)::timestamptz
-                    """, logger: testLogger).collect()
-                #expect(try same.first?.decode(Bool.self) == true, "\(ms) -> \(text)")
+            try await c.query("CREATE TABLE ts (i integer, ms bigint, t timestamptz)", logger: testLogger)
+            var t = CopyBinary(columns: 3)
+            for (i, ms) in samples.enumerated() {
+                #expect(CopyBinary.isWritable(ms))
+                t.int32(Int32(i)); t.int64(ms); t.timestamp(ms)
+                t.endRow()
             }
+            try await CopyRows(table: "ts", columns: ["i", "ms", "t"], rows: t, rowCount: samples.count).send(on: c, logger: testLogger)
+            // Equal to fleet_ms and to the exact instant, for every sample.
+            let wrong = try await c.query("""
+                SELECT count(*) FROM ts
+                WHERE t IS DISTINCT FROM fleet_ms(ms) OR t <> 'epoch'::timestamptz + ms * interval '1 millisecond'
+                """, logger: testLogger).collect()
+            #expect(try wrong.first?.decode(Int64.self) == 0)
+            #expect(try await scalar(c, "SELECT count(*) FROM ts", as: Int64.self) == Int64(samples.count))
         }
-        #expect(!CopyText.isWritable(4_102_444_800_000) && !CopyText.isWritable(-1))
+        #expect(!CopyBinary.isWritable(4_102_444_800_000) && !CopyBinary.isWritable(-1))
     }
 
     @Test("a date outside 1970-2099 sends the batch's rows through the inserts, which store it as fleet_ms does")
@@ -123,13 +144,25 @@ struct CopyTests {
         }
     }
 
-    @Test("COPY text escapes backslash, tab, newline and carriage return, and nothing else")
-    func escaping() {
-        var t = CopyText()
-        t.text("a\\b\tc\nd\re \"f\" ü"); t.text(nil); t.integer(Int32(-5)); t.boolean(true); t.text("")
+    @Test("the binary rows: a field count per row, a length per field, -1 for NULL, big-endian values")
+    func binaryLayout() {
+        var t = CopyBinary(columns: 7)
+        t.text("a\tü"); t.text(nil); t.int32(-5); t.int64(1); t.boolean(true); t.jsonb("{}"); t.timestamp(946_684_800_001)
         t.endRow()
-        t.text("x")
-        t.endRow()
-        #expect(String(decoding: t.bytes, as: UTF8.self) == "a\\\\b\\tc\\nd\\re \"f\" ü\t\\N\t-5\tt\t\nx\n")
+        var expected: [UInt8] = [0, 7]                                  // 7 fields
+        expected += [0, 0, 0, 4]; expected += Array("a\tü".utf8)         // text: length, bytes as they are
+        expected += [0xFF, 0xFF, 0xFF, 0xFF]                              // NULL
+        expected += [0, 0, 0, 4, 0xFF, 0xFF, 0xFF, 0xFB]                  // integer -5
+        expected += [0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 1]                  // bigint 1
+        expected += [0, 0, 0, 1, 1]                                       // true
+        expected += [0, 0, 0, 3, 1]; expected += Array("{}".utf8)         // jsonb: version 1, then the text
+        expected += [0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0x03, 0xE8]            // 2000-01-01 00:00:00.001 UTC: 1000 us
+        #expect(t.bytes == expected)
+    }
+
+    @Test("the binary COPY statement passes only the sink's identifiers")
+    func copyTarget() {
+        #expect(CopyRows.binaryCopyTarget(table: "notifications", columns: ["a_b", "c"])
+                == #"notifications" ("a_b", "c") FROM STDIN WITH (FORMAT binary) --"#)
     }
 }
