@@ -9,7 +9,7 @@ public enum MemoryTuning {
     /// freed (up to 32 MiB): after librdkafka's first large fetch buffers come and go, such blocks live in the heap
     /// arenas, where they fragment and the worker's peak RSS grows with them. Measured with `fleet bench worker`
     /// (20,000 notifications of 14.5 KB): peak RSS 138-157 MB with glibc's default, 131-137 MB with a fixed 64 KiB
-    /// threshold, the rate unchanged. `fleet sink` too (its batches' COPY texts and arrays are such blocks): `fleet bench
+    /// threshold, the rate unchanged. `fleet sink` too (its batches' COPY rows and arrays are such blocks): `fleet bench
     /// sink`, 4 alternated pairs, peak RSS 160-168 MB against 175-178 MB, the rate unchanged. Nothing is changed when `MALLOC_MMAP_THRESHOLD_` is set (the operator's
     /// choice wins) or off glibc.
     public static func fixMmapThreshold(bytes: Int32 = 64 * 1024, environment: [String: String]) {

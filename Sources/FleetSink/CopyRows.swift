@@ -37,7 +37,7 @@ struct CopyBinary {
     }
 
     /// Ends the current row: the next field starts a new one. `pending`: fields still to come, appended when the
-    /// rows are sent (the events' status).
+    /// rows are sent (the events' status, the notifications' `applied_at`).
     mutating func endRow(pending: Int = 0) {
         precondition(fieldsInRow + pending == columns, "a COPY row has \(fieldsInRow + pending) fields, the table \(columns)")
         fieldsInRow = 0
