@@ -77,7 +77,7 @@ extension BatchPlan {
             t.endRow(pending: 1)
             ends.append(t.bytes.count)
         }
-        return CopyRows(table: "notifications", columns: notificationColumns, rows: t, rowCount: picked.count, rowEnds: ends)
+        return CopyRows(table: "notifications", columns: notificationColumns, rows: t, rowEnds: ends)
     }
 
     /// The notifications columns both writes fill, in their order.
@@ -313,7 +313,7 @@ extension BatchPlan {
             t.jsonb(all.payloadText(v, texts)); t.text(v.eventId)
             t.endRow()
         }
-        return CopyRows(table: "transaction_versions", columns: transactionColumns, rows: t, rowCount: all.versions.count)
+        return CopyRows(table: "transaction_versions", columns: transactionColumns, rows: t)
     }
 
     /// The statuses (bound last, `statuses[i]` being the status of `events[i]`) are known only inside the
@@ -402,7 +402,7 @@ extension BatchPlan {
             t.endRow(pending: 1)
             ends.append(t.bytes.count)
         }
-        return CopyRows(table: "entitlement_events", columns: eventColumns, rows: t, rowCount: ends.count, rowEnds: ends)
+        return CopyRows(table: "entitlement_events", columns: eventColumns, rows: t, rowEnds: ends)
     }
 
     /// The entitlement_events columns both writes fill, in their order; the status (known after the fold) last.

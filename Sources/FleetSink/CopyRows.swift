@@ -18,6 +18,8 @@ struct CopyBinary {
     private(set) var bytes: [UInt8] = []
     /// The fields of a row: the table's columns written by this COPY.
     let columns: Int
+    /// The rows ended so far.
+    private(set) var rowCount = 0
     private var fieldsInRow = 0
 
     init(columns: Int, capacity: Int = 0) {
@@ -41,13 +43,10 @@ struct CopyBinary {
     mutating func endRow(pending: Int = 0) {
         precondition(fieldsInRow + pending == columns, "a COPY row has \(fieldsInRow + pending) fields, the table \(columns)")
         fieldsInRow = 0
+        rowCount += 1
     }
 
-    mutating func null() {
-        if fieldsInRow == 0 { Self.append(Int16(columns), to: &bytes) }
-        fieldsInRow += 1
-        Self.append(Int32(-1), to: &bytes)
-    }
+    mutating func null() { field(length: -1) }
 
     /// A `text` field.
     mutating func text(_ value: String?) {
@@ -144,12 +143,13 @@ struct CopyRows: Sendable {
     /// The last field of each row, encoded (length and value): one per row, or one for every row.
     var last: [[UInt8]]? = nil
 
-    init(table: String, columns: [String], rows: CopyBinary, rowCount: Int, rowEnds: [Int]? = nil) {
+    init(table: String, columns: [String], rows: CopyBinary, rowEnds: [Int]? = nil) {
         precondition(rows.columns == columns.count, "one field per column")
+        precondition(rowEnds == nil || rowEnds?.count == rows.rowCount, "one end per row")
         self.table = table
         self.columns = columns
         self.bytes = rows.bytes
-        self.rowCount = rowCount
+        self.rowCount = rows.rowCount
         self.rowEnds = rowEnds
     }
 

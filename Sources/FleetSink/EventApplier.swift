@@ -326,9 +326,8 @@ struct BatchPlan: Sendable {
         var notificationsCopy: CopyRows?
         if let copy = writes.notificationsCopy, let result = await settle(started) {
             do {
-                let micros = try result.rows.first.map { try $0.decode(Int64.self) }
-                notificationsCopy = micros.map { copy.completed(everyRowTimestamp: $0) }
-                if micros == nil { keep(TransactionStartMissing()) }
+                guard let row = result.rows.first else { throw TransactionStartMissing() }
+                notificationsCopy = copy.completed(everyRowTimestamp: try row.decode(Int64.self))
             } catch { keep(error) }
         }
         for copy in [

@@ -115,7 +115,7 @@ struct CopyTests {
                 t.int32(Int32(i)); t.int64(ms); t.timestamp(ms)
                 t.endRow()
             }
-            try await CopyRows(table: "ts", columns: ["i", "ms", "t"], rows: t, rowCount: samples.count).send(on: c, logger: testLogger)
+            try await CopyRows(table: "ts", columns: ["i", "ms", "t"], rows: t).send(on: c, logger: testLogger)
             // Equal to fleet_ms and to the exact instant, for every sample.
             let wrong = try await c.query("""
                 SELECT count(*) FROM ts
