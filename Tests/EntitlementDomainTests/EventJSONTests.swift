@@ -48,4 +48,33 @@ struct EventJSONTests {
         #expect(throws: EntitlementEvent.DecodingError.self) { try EntitlementEvent(jsonBytes: Array("[1,2]".utf8)) }
         #expect(throws: EntitlementEvent.DecodingError.self) { try EntitlementEvent(jsonBytes: Array("{\"schema\":".utf8)) }
     }
+
+    @Test("an event is a value: a changed copy leaves the original (and every other copy) as it was")
+    func valueSemantics() throws {
+        let original = Self.full
+        var copy = original
+        let third = copy
+        #expect(copy == original)
+        copy.productId = "other"
+        copy.notification?.type = "DID_RENEW"
+        copy.transaction = nil
+        #expect(original == Self.full && third == Self.full)
+        #expect(original.productId == "com.example.pro.monthly" && original.notification?.type == "REFUND")
+        #expect(original.transaction != nil)
+        #expect(copy.productId == "other" && copy.notification?.type == "DID_RENEW" && copy.transaction == nil)
+        #expect(copy != original)
+        // Changed back field by field, the copy equals the original again (equality is by fields, not by identity).
+        copy.productId = original.productId
+        copy.notification = original.notification
+        copy.transaction = original.transaction
+        #expect(copy == original)
+    }
+
+    @Test("the Codable form is the flat wire format: the event's members, no wrapper")
+    func codableShape() throws {
+        let object = try JSONSerialization.jsonObject(with: try JSONEncoder().encode(Self.full)) as? [String: Any]
+        let fast = try JSONSerialization.jsonObject(with: Data(Self.full.jsonBytes())) as? [String: Any]
+        #expect(object.map { Set($0.keys) } == fast.map { Set($0.keys) })
+        #expect(object?["eventId"] as? String == "e1" && object?["schema"] as? String == EntitlementEvent.schemaVersion)
+    }
 }
