@@ -24,7 +24,7 @@ public struct BenchSink: Sendable {
     public init() {}
 
     public var events: Int = 100_000
-    public var batchSize: Int = 2000
+    public var batchSize: Int = SinkConfiguration.defaultMaxBatchSize
     public var writers: Int = 1
 
     public var partitions: Int?

@@ -2,6 +2,7 @@ import AppStoreVerification
 import ArgumentParser
 import FleetBenchmarks
 import FleetDevStack
+import FleetSink
 
 /// `fleet bench ...`: the benchmarks of `FleetBenchmarks`; these commands only parse their flags.
 struct Bench: AsyncParsableCommand {
@@ -119,7 +120,7 @@ struct BenchSinkCommand: AsyncParsableCommand {
         abstract: "Benchmark the PostgreSQL sink (embedded Kafka + throwaway PostgreSQL) against a plain COPY.")
 
     @Option(help: "Events to write") var events: Int = 100_000
-    @Option(help: "Most events per database transaction") var batchSize: Int = 2000
+    @Option(help: "Most events per database transaction") var batchSize: Int = SinkConfiguration.defaultMaxBatchSize
     @Option(help: "Sink writers, as `fleet sink --writers` (each its own consumer in the group and database connection)") var writers: Int = 1
     @Option(help: "Partitions of the result topic (default: enough for the embedded cluster to retain every event)") var partitions: Int?
 

@@ -80,7 +80,7 @@ struct Sink: AsyncParsableCommand {
     var rejectedTopic: String?
     @Option(name: .customLong("database-url"), help: "postgres:// URL.")
     var databaseURL: String?
-    @Option(help: "Most events per database transaction (default 2000).")
+    @Option(help: "Most events per database transaction (default \(SinkConfiguration.defaultMaxBatchSize)).")
     var maxBatchSize: Int?
     @Option(help: """
         Writers in this process (default 1): each is a member of the consumer group with its own database \
@@ -106,7 +106,7 @@ struct Sink: AsyncParsableCommand {
             rejected = s.string("rejected-topic", flag: rejectedTopic, default: FleetTopics.sinkRejected)!
             deadline = try s.int("shutdown-deadline-seconds", flag: service.shutdownDeadlineSeconds, default: 25)
             port = try s.int("metrics-port", flag: service.metricsPort, default: 9091)
-            batch = try s.int("max-batch-size", flag: maxBatchSize, default: 2000)
+            batch = try s.int("max-batch-size", flag: maxBatchSize, default: SinkConfiguration.defaultMaxBatchSize)
             writerCount = try s.int("writers", flag: writers, default: 1)
             properties = try s.kafkaProperties(flag: service.kafkaProperties)
         } catch { throw ValidationError("\(error)") }

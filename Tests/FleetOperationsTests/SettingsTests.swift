@@ -115,7 +115,7 @@ struct ExampleConfigTests {
         let sink = try await FleetSettings(section: "sink", configFile: path, environment: [:])
         #expect(try sink.int("metrics-port", flag: nil, default: 0) == 9091)
         #expect(sink.string("rejected-topic", flag: nil) == "entitlements.sink-rejected")
-        #expect(try sink.int("max-batch-size", flag: nil, default: 0) == 2000)
+        #expect(try sink.int("max-batch-size", flag: nil, default: 0) == 1500)
         #expect(try sink.int("writers", flag: nil, default: 0) == 1)
         #expect(worker.string("validation-time", flag: nil) == "signed-date")
         #expect(try worker.bool("allow-unsigned-environments", flag: false) == false)
