@@ -175,41 +175,35 @@ struct CopyRows: Sendable {
         return c
     }
 
-    func send(on connection: PostgresConnection, logger: Logger) async throws {
+    /// The whole COPY stream (header, rows with their last column, trailer) in one buffer: `GuardedConnection` sends it
+    /// in one write, so that the write never waits for backpressure (see there why that matters).
+    func buffer() -> ByteBuffer {
         precondition(rowEnds == nil || last != nil, "the last column is missing")
-        try await connection.copyFrom(table: Self.binaryCopyTarget(table: table, columns: columns), logger: logger) { writer in
-            let chunk = 1 << 18
-            var buffer = ByteBuffer()
-            buffer.reserveCapacity(chunk + 4096)
-            buffer.writeBytes(CopyBinary.header)
-            if let rowEnds, let last {
-                var start = 0
-                let same = last.count == 1 ? last[0] : nil
-                for (i, end) in rowEnds.enumerated() {
-                    buffer.writeBytes(bytes[start..<end])
-                    buffer.writeBytes(same ?? last[i])
-                    start = end
-                    if buffer.readableBytes >= chunk {
-                        try await writer.write(buffer)
-                        buffer.clear()
-                    }
-                }
-            } else {
-                var start = 0
-                while start < bytes.count {
-                    let end = min(bytes.count, start + chunk - buffer.readableBytes)
-                    buffer.writeBytes(bytes[start..<end])
-                    start = end
-                    if buffer.readableBytes >= chunk {
-                        try await writer.write(buffer)
-                        buffer.clear()
-                    }
-                }
-            }
-            buffer.writeBytes(CopyBinary.trailer)
-            try await writer.write(buffer)
+        var size = CopyBinary.header.count + bytes.count + CopyBinary.trailer.count
+        if let rowEnds, let last {
+            size += last.count == 1 ? last[0].count * rowEnds.count : last.reduce(0) { $0 + $1.count }
         }
+        var buffer = ByteBuffer()
+        buffer.reserveCapacity(size)
+        buffer.writeBytes(CopyBinary.header)
+        if let rowEnds, let last {
+            var start = 0
+            let same = last.count == 1 ? last[0] : nil
+            for (i, end) in rowEnds.enumerated() {
+                buffer.writeBytes(bytes[start..<end])
+                buffer.writeBytes(same ?? last[i])
+                start = end
+            }
+        } else {
+            buffer.writeBytes(bytes)
+        }
+        buffer.writeBytes(CopyBinary.trailer)
+        assert(buffer.readableBytes == size)
+        return buffer
     }
+
+    /// `copyFrom`'s table argument for this COPY (`binaryCopyTarget`).
+    var copyTarget: String { Self.binaryCopyTarget(table: table, columns: columns) }
 
     /// What to pass as `copyFrom`'s table for `COPY table (columns) FROM STDIN WITH (FORMAT binary)`. postgres-nio
     /// 1.33 offers only the text format: its `copyFrom` builds `COPY "<table>" FROM STDIN WITH (FORMAT text)` with

@@ -51,6 +51,13 @@ public struct EventApplier: Sendable {
     }
 
     public func apply(_ batch: PreparedBatch, connection: PostgresConnection, logger: Logger) async throws -> ApplyOutcome {
+        try await apply(batch, connection: GuardedConnection(connection), logger: logger)
+    }
+
+    /// As `apply(_:connection:logger:)`, on a connection that something else may close meanwhile (the sink's batch
+    /// timeout): its COPYs keep that close from reaching PostgresNIO mid-COPY (`GuardedConnection`).
+    public func apply(_ batch: PreparedBatch, connection guarded: GuardedConnection, logger: Logger) async throws -> ApplyOutcome {
+        let connection = guarded.connection
         if batch.plan.events.isEmpty { return ApplyOutcome() }
         // Redelivered events are rare (a restart, a rebalance, a worker retrying), and so are notifications and
         // transaction versions stored under another event (the second event of an upgrade in a later batch; one
@@ -60,11 +67,11 @@ public struct EventApplier: Sendable {
         // stored events looked up and left out and ON CONFLICT DO NOTHING on those inserts.
         do {
             return try await connection.withTransaction(logger: logger) { tx in
-                try await batch.plan.execute(on: tx, checkStored: false, logger: logger)
+                try await batch.plan.execute(on: tx, copying: guarded, checkStored: false, logger: logger)
             }
         } catch let error as PostgresTransactionError where error.rollbackError == nil && BatchPlan.metStoredRows(error) {
             return try await connection.withTransaction(logger: logger) { tx in
-                try await batch.plan.execute(on: tx, checkStored: true, logger: logger)
+                try await batch.plan.execute(on: tx, copying: guarded, checkStored: true, logger: logger)
             }
         }
     }
@@ -210,7 +217,9 @@ struct BatchPlan: Sendable {
     /// With `checkStored`, events already in entitlement_events are looked up first and left out, and the inserts of
     /// events, notifications and transaction versions skip stored rows; without it, every row is assumed new, and an
     /// insert that meets a stored one fails the batch (`metStoredRows`).
-    func execute(on tx: PostgresConnection, checkStored: Bool, logger: Logger) async throws -> ApplyOutcome {
+    /// `copying` is `tx` guarded: the COPYs go through it.
+    func execute(on tx: PostgresConnection, copying guarded: GuardedConnection, checkStored: Bool, logger: Logger) async throws -> ApplyOutcome {
+        precondition(guarded.connection === tx, "the COPYs go on the transaction's connection")
         var outcome = ApplyOutcome()
         let trace = Self.tracePhases
         var mark = ContinuousClock.now
@@ -336,7 +345,7 @@ struct BatchPlan: Sendable {
         ] {
             guard let copy, failure == nil else { continue }
             do {
-                try await copy.send(on: tx, logger: logger)
+                try await guarded.copy(copy, logger: logger)
                 copied[copy.table] = copy.rowCount
             } catch { keep(error) }
         }

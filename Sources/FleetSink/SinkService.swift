@@ -138,7 +138,7 @@ public final class SinkService: Service, Sendable {
     struct ShutdownWhileRetrying: Error {}
 
     public func run() async throws {
-        var connection: PostgresConnection?
+        var connection: GuardedConnection?
         var lastProbe = ContinuousClock.now
         var lastConnectWarning = ContinuousClock.now - .seconds(60)
         var prefetched: Task<([SinkRecord], DecodedBatch), any Error>?
@@ -178,10 +178,10 @@ public final class SinkService: Service, Sendable {
                             // Bounded like a batch: a probe sent just as PostgreSQL shut down once never completed and
                             // held the sink (ready, idle, lag growing) until the stall watch had it restarted.
                             let logger = self.logger
-                            _ = try await guarded(live) { try await live.query("SELECT 1", logger: logger) }
+                            _ = try await guarded(live) { try await live.connection.query("SELECT 1", logger: logger) }
                         } catch {
                             logger.warning("database probe failed", metadata: ["error": "\(Self.brief(error))"])
-                            try? await live.close()
+                            await live.close()
                             connection = nil
                             setDatabaseReady(false)
                         }
@@ -209,11 +209,11 @@ public final class SinkService: Service, Sendable {
             _ = try? await next.value
             prefetched = nil
         }
-        if let connection { try? await connection.close() }
+        if let connection { await connection.close() }
     }
 
     /// Decodes, writes and marks one batch.
-    func process(_ records: [SinkRecord], decoded batch: DecodedBatch, connection: inout PostgresConnection?) async throws {
+    func process(_ records: [SinkRecord], decoded batch: DecodedBatch, connection: inout GuardedConnection?) async throws {
         let started = ContinuousClock.now
         let accepted = batch.accepted
         var refused = batch.refused
@@ -248,7 +248,7 @@ public final class SinkService: Service, Sendable {
     /// each time). When PostgreSQL refuses the data itself (SQLSTATE class 22/23), the events are applied one by one
     /// and those it refuses are returned for the sink-rejected topic, so one bad event cannot stall a partition.
     private func applyWithRetry(
-        _ batch: [(SinkRecord, EntitlementEvent)], prepared: PreparedBatch, connection: inout PostgresConnection?
+        _ batch: [(SinkRecord, EntitlementEvent)], prepared: PreparedBatch, connection: inout GuardedConnection?
     ) async throws -> (ApplyOutcome, [(SinkRecord, SinkRejection, String)]) {
         var attempt = 0
         while true {
@@ -280,24 +280,24 @@ public final class SinkService: Service, Sendable {
     /// can never wedge the sink. The body is not awaited after the timeout: a query stuck on a dead socket must not
     /// hold the sink (it ends when the connection's channel is torn down).
     private func guarded<T: Sendable>(
-        _ connection: PostgresConnection, _ body: @escaping @Sendable () async throws -> T
+        _ connection: GuardedConnection, _ body: @escaping @Sendable () async throws -> T
     ) async throws -> T {
         let limit = configuration.batchTimeout
         let logger = self.logger
         return try await Race<T>.run(within: limit, timedOut: BatchTimedOut(limit: limit), body: body) {
             logger.error("batch timed out; closing the database connection", metadata: ["limit": "\(limit)"])
-            try? await connection.close()
+            await connection.close()
         }
     }
 
     private func isolate(
-        _ batch: [(SinkRecord, EntitlementEvent)], connection: PostgresConnection
+        _ batch: [(SinkRecord, EntitlementEvent)], connection: GuardedConnection
     ) async throws -> (ApplyOutcome, [(SinkRecord, SinkRejection, String)]) {
         var total = ApplyOutcome()
         var refused: [(SinkRecord, SinkRejection, String)] = []
         for (record, event) in batch {
             do {
-                let outcome = try await applier.apply([event], connection: connection, logger: logger)
+                let outcome = try await applier.apply(applier.prepare([event]), connection: connection, logger: logger)
                 total.applied += outcome.applied
                 total.stale += outcome.stale
                 total.duplicate += outcome.duplicate
@@ -310,11 +310,11 @@ public final class SinkService: Service, Sendable {
         return (total, refused)
     }
 
-    private func backOff(after error: any Error, attempt: inout Int, connection: inout PostgresConnection?) async throws {
+    private func backOff(after error: any Error, attempt: inout Int, connection: inout GuardedConnection?) async throws {
         attempt += 1
         metrics.retries.increment()
         setDatabaseReady(false)
-        if let live = connection { try? await live.close() }
+        if let live = connection { await live.close() }
         connection = nil
         let delay = backoffDelay(attempt)
         logger.warning("database unavailable; retrying", metadata: [
@@ -359,16 +359,16 @@ public final class SinkService: Service, Sendable {
     /// never wedge the sink. (A sink restarted just before a PostgreSQL restart in the chaos soak stayed ready with
     /// no socket, no batch and no retry; a connect that never completed is the one await that could hold it.)
     /// A connection that completes after the deadline is closed.
-    private func connect() async throws -> PostgresConnection {
+    private func connect() async throws -> GuardedConnection {
         let limit = configuration.batchTimeout
         let logger = self.logger
-        return try await Race<PostgresConnection>.run(
+        return try await Race<GuardedConnection>.run(
             within: limit, timedOut: ConnectTimedOut(limit: limit), body: { try await self.connectAndCheck() },
             onTimeout: { logger.error("database connect timed out", metadata: ["limit": "\(limit)"]) },
-            lateSuccess: { late in try? await late.close() })
+            lateSuccess: { late in await late.close() })
     }
 
-    private func connectAndCheck() async throws -> PostgresConnection {
+    private func connectAndCheck() async throws -> GuardedConnection {
         let connection = try await PostgresConnection.connect(
             configuration: try configuration.databaseURL.connectionConfiguration(), id: 1, logger: logger)
         do {
@@ -381,7 +381,7 @@ public final class SinkService: Service, Sendable {
             try? await connection.close()
             throw error
         }
-        return connection
+        return GuardedConnection(connection)
     }
 
     struct SchemaBehind: Error, CustomStringConvertible {

@@ -1,0 +1,148 @@
+import Logging
+import NIOCore
+import PostgresNIO
+import Synchronization
+
+/// The sink's PostgreSQL connection, with the one rule PostgresNIO 1.33 needs around a COPY: the connection must not
+/// close while a COPY is in flight.
+///
+/// PostgresNIO traps (a `preconditionFailure`, so the whole process ends) when a connection leaves its query while a
+/// COPY is in the copying-data state:
+/// - a client-side `close()` during the COPY: "Invalid query state machine action in state: .closing, action: wait";
+/// - a writer call (write, CopyDone, CopyFail) reaching a connection that the server has just closed, before NIO has
+///   removed the handler (one event-loop turn after the close): "Copy mode is only supported for extended queries".
+/// In its copying-data state an error is only stored, and a writer waiting for the channel to become writable is never
+/// woken, so a COPY that meets backpressure when the server goes away waits forever.
+///
+/// So, here:
+/// - `close()` during a COPY does not close: it asks the COPY to end, and the connection is closed the moment the COPY
+///   returns or throws, before anything else runs on it. The COPY then fails with `ClosedDuringCopy`, so the batch's
+///   transaction never commits after a timeout abandoned it. (The sink's batch timeout and its retry both close.)
+/// - A COPY runs with the connection's event loop as its task executor, and sends its rows in one write: each writer
+///   call is made on the loop in the same turn as the check that the connection is still open, and no write ever waits
+///   for backpressure. On a connection found closed, it waits until NIO has removed the handler (then PostgresNIO's own
+///   CopyFail answers "connection closed" instead of trapping) and throws `ClosedDuringCopy`.
+///
+/// What stays outside anyone's reach but PostgresNIO's: over TLS, a connection that PostgresNIO itself starts closing
+/// (a protocol error during the COPY) stays active while the close_notify is exchanged.
+public final class GuardedConnection: Sendable {
+    public let connection: PostgresConnection
+    private let state = Mutex(State())
+    private let executor: EventLoopTaskExecutor
+    /// Tests only: runs inside the COPY (PostgreSQL is in COPY mode, nothing written yet), just before the write.
+    private let beforeWrite: (@Sendable (GuardedConnection) async -> Void)?
+
+    private struct State {
+        var copying = false
+        var closeRequested = false
+    }
+
+    public convenience init(_ connection: PostgresConnection) {
+        self.init(connection, beforeWrite: nil)
+    }
+
+    init(_ connection: PostgresConnection, beforeWrite: (@Sendable (GuardedConnection) async -> Void)?) {
+        self.connection = connection
+        self.executor = EventLoopTaskExecutor(connection.eventLoop)
+        self.beforeWrite = beforeWrite
+    }
+
+    public struct ClosedDuringCopy: Error, CustomStringConvertible {
+        public var requested: Bool
+        public var description: String {
+            requested
+                ? "the database connection was closed (the batch timed out or was abandoned) during a COPY"
+                : "the database connection closed during a COPY"
+        }
+    }
+
+    /// Closes the connection; during a COPY, as soon as the COPY ends (without waiting for it here: a COPY stuck on a
+    /// dead socket must not hold the caller).
+    public func close() async {
+        let now = state.withLock { s -> Bool in
+            s.closeRequested = true
+            return !s.copying
+        }
+        if now { try? await connection.close() }
+    }
+
+    /// Whether `close()` was called.
+    public var isCloseRequested: Bool { state.withLock { $0.closeRequested } }
+
+    /// Sends `rows` with `COPY ... FROM STDIN (FORMAT binary)`.
+    func copy(_ rows: CopyRows, logger: Logger) async throws {
+        let refused = state.withLock { s -> Bool in
+            if s.closeRequested { return true }
+            s.copying = true
+            return false
+        }
+        if refused { throw ClosedDuringCopy(requested: true) }
+        let result: Result<Void, any Error>
+        do {
+            let buffer = rows.buffer()
+            let target = rows.copyTarget
+            try await withTaskExecutorPreference(executor) {
+                try await self.copyOnLoop(buffer, into: target, logger: logger)
+            }
+            result = .success(())
+        } catch {
+            result = .failure(error)
+        }
+        let closeNow = state.withLock { s -> Bool in
+            s.copying = false
+            return s.closeRequested
+        }
+        if closeNow {
+            try? await connection.close()
+            throw ClosedDuringCopy(requested: true)
+        }
+        try result.get()
+    }
+
+    /// Runs on the connection's event loop (the task executor): every check of `isOpen` is followed, in the same
+    /// event-loop turn, by the writer call it guards (PostgresNIO's writer calls its state machine synchronously when
+    /// it is already on the loop).
+    private func copyOnLoop(_ buffer: ByteBuffer, into target: String, logger: Logger) async throws {
+        try await ensureOpen()
+        try await connection.copyFrom(table: target, logger: logger) { writer in
+            if let beforeWrite { await beforeWrite(self) }
+            try await self.ensureOpen()
+            try await writer.write(buffer)
+            // `copyFrom` sends CopyDone right after this returns, in this same turn.
+            try await self.ensureOpen()
+        }
+    }
+
+    /// Throws `ClosedDuringCopy` once the connection is closed and its handler gone; returns on the event loop.
+    private func ensureOpen() async throws {
+        let loop = connection.eventLoop
+        guard loop.inEventLoop else { throw NotOnEventLoop() }
+        if state.withLock({ $0.closeRequested }) {
+            // Not closed yet: the close waits for this COPY. End it here (CopyFail), then `copy` closes.
+            throw ClosedDuringCopy(requested: true)
+        }
+        guard connection.isClosed else { return }
+        // NIO removes the channel's handlers, then completes `closeFuture`, one turn after the close; a writer call
+        // before that would reach PostgresNIO's closed state machine. One more turn for good measure.
+        try? await connection.closeFuture.get()
+        try? await loop.submit {}.get()
+        throw ClosedDuringCopy(requested: false)
+    }
+
+    struct NotOnEventLoop: Error, CustomStringConvertible {
+        var description: String { "internal: the COPY is not running on its connection's event loop" }
+    }
+}
+
+/// A task executor that runs jobs on one NIO event loop.
+final class EventLoopTaskExecutor: TaskExecutor, Sendable {
+    private let loop: any EventLoop
+
+    init(_ loop: any EventLoop) { self.loop = loop }
+
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        let executor = asUnownedTaskExecutor()
+        loop.execute { job.runSynchronously(on: executor) }
+    }
+}
