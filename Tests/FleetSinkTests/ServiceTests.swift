@@ -167,6 +167,47 @@ struct ServiceTests {
         }
     }
 
+    @Test("the batch timeout firing while PostgreSQL runs a COPY: the sink lives on, and every event is written once")
+    func timeoutDuringCopy() async throws {
+        let url = try await TestPostgres.shared.freshDatabase()
+        // The first notification row ever inserted makes its COPY sleep 4 s (a sequence: not undone by the rollback),
+        // well past the 1.5 s batch timeout. The abandoned transaction keeps its advisory locks until its COPY ends and
+        // its connection is closed, so the retries time out too until then.
+        try await onDatabase(url) { (c: PostgresConnection) async throws in
+            try await c.query("CREATE SEQUENCE slow_once", logger: testLogger)
+            try await c.query("""
+                CREATE FUNCTION slow_first() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN IF nextval('slow_once') = 1 THEN PERFORM pg_sleep(4); END IF; RETURN NEW; END $$
+                """, logger: testLogger)
+            try await c.query("""
+                CREATE TRIGGER slow_first BEFORE INSERT ON notifications FOR EACH ROW EXECUTE FUNCTION slow_first()
+                """, logger: testLogger)
+        }
+        let stream = mixedStream(subjects: 10)
+        let source = MemorySource(records(stream))
+        let service = SinkService(
+            configuration: .init(databaseURL: try DatabaseURL(url), maxBatchSize: 10, initialBackoff: .milliseconds(50),
+                                 maxBackoff: .milliseconds(200), batchTimeout: .milliseconds(1500)),
+            source: source, rejected: MemoryRejects(), logger: testLogger)
+        let task = Task { try await service.run() }
+        try await waitUntil(timeout: .seconds(60)) { source.marked.count == stream.count }
+        task.cancel()
+        _ = try? await task.value
+        #expect(source.marked == Array(0..<Int64(stream.count)))
+        try await onDatabase(url) { (c: PostgresConnection) async throws in
+            #expect(try await scalar(c, "SELECT nextval('slow_once')", as: Int64.self) > 2, "the slow COPY happened")
+            #expect(try await scalar(c, "SELECT count(*) FROM entitlement_events", as: Int64.self) == Int64(stream.count))
+            #expect(try await scalar(c, "SELECT count(*) FROM consumable_ledger WHERE entry = 'credit'", as: Int64.self) == 10)
+            #expect(try await scalar(c, "SELECT count(*) FROM notifications", as: Int64.self)
+                    == Int64(Set(stream.compactMap { $0.notification?.uuid }).count))
+            // The abandoned connection is gone: only this one is left on the database.
+            #expect(try await scalar(c, """
+                SELECT count(*) FROM pg_stat_activity
+                WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid()
+                """, as: Int64.self) == 0)
+        }
+    }
+
     @Test("a sink refuses to start against an unmigrated database and becomes ready once migrated")
     func unmigrated() async throws {
         let url = try await TestPostgres.shared.freshDatabase(migrate: false)
