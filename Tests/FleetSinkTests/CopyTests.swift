@@ -197,17 +197,22 @@ struct CopyTests {
         }
     }
 
-    @Test("a close requested while PostgreSQL is in COPY mode waits for the COPY to end, which then fails")
-    func closeInCopyMode() async throws {
+    /// A fresh database with an empty table `small (t text)`, one row to copy into it, and a connection of its own.
+    private func oneRowTable() async throws -> (String, CopyRows, PostgresConnection) {
         let url = try await TestPostgres.shared.freshDatabase()
         try await onDatabase(url) { (c: PostgresConnection) async throws in
             try await c.query("CREATE TABLE small (t text)", logger: testLogger)
         }
         var t = CopyBinary(columns: 1)
         t.text("a"); t.endRow()
-        let rows = CopyRows(table: "small", columns: ["t"], rows: t)
         let config = try DatabaseURL(url).connectionConfiguration()
         let c = try await PostgresConnection.connect(configuration: config, id: 98, logger: testLogger)
+        return (url, CopyRows(table: "small", columns: ["t"], rows: t), c)
+    }
+
+    @Test("a close requested while PostgreSQL is in COPY mode waits for the COPY to end, which then fails")
+    func closeInCopyMode() async throws {
+        let (url, rows, c) = try await oneRowTable()
         // PostgresNIO 1.33 traps on a close at this point (its query machine answers `.wait` in `.closing`).
         let guarded = GuardedConnection(c, beforeWrite: { g in await g.close() })
         await #expect(throws: GuardedConnection.ClosedDuringCopy.self) { try await guarded.copy(rows, logger: testLogger) }
@@ -219,15 +224,7 @@ struct CopyTests {
 
     @Test("a close requested before a COPY refuses it; one requested after closes at once")
     func closeOutsideCopy() async throws {
-        let url = try await TestPostgres.shared.freshDatabase()
-        try await onDatabase(url) { (c: PostgresConnection) async throws in
-            try await c.query("CREATE TABLE small (t text)", logger: testLogger)
-        }
-        var t = CopyBinary(columns: 1)
-        t.text("a"); t.endRow()
-        let rows = CopyRows(table: "small", columns: ["t"], rows: t)
-        let config = try DatabaseURL(url).connectionConfiguration()
-        let c = try await PostgresConnection.connect(configuration: config, id: 99, logger: testLogger)
+        let (_, rows, c) = try await oneRowTable()
         let guarded = GuardedConnection(c)
         try await guarded.copy(rows, logger: testLogger)
         #expect(!c.isClosed)
