@@ -261,9 +261,16 @@ public final class SinkService: Service, Sendable {
                 }
                 return (outcome, [])
             } catch {
-                if let state = Self.sqlState(of: error), Self.isDataError(state), let live = connection {
+                if let state = Self.refusedData(error), let live = connection, !live.connection.isClosed {
                     logger.error("database refused the batch; isolating events", metadata: ["sqlstate": "\(state)"])
-                    return try await isolate(batch, connection: live)
+                    do {
+                        return try await isolate(batch, connection: live)
+                    } catch {
+                        // The database went away during the isolation (a restart, a failover, a timeout): like any
+                        // batch, retried once it is back. Nothing was produced or marked for this batch yet.
+                        try await backOff(after: error, attempt: &attempt, connection: &connection)
+                        continue
+                    }
                 }
                 try await backOff(after: error, attempt: &attempt, connection: &connection)
             }
@@ -297,13 +304,15 @@ public final class SinkService: Service, Sendable {
         var refused: [(SinkRecord, SinkRejection, String)] = []
         for (record, event) in batch {
             do {
-                let outcome = try await applier.apply(applier.prepare([event]), connection: connection, logger: logger)
+                let outcome = try await guarded(connection) {
+                    try await self.applier.apply(self.applier.prepare([event]), connection: connection, logger: self.logger)
+                }
                 total.applied += outcome.applied
                 total.stale += outcome.stale
                 total.duplicate += outcome.duplicate
                 total.rowsWritten.merge(outcome.rowsWritten, uniquingKeysWith: +)
             } catch {
-                guard let state = Self.sqlState(of: error), Self.isDataError(state) else { throw error }
+                guard let state = Self.refusedData(error) else { throw error }
                 refused.append((record, .databaseRejected, "SQLSTATE \(state): \(Self.serverMessage(of: error))"))
             }
         }
@@ -411,6 +420,15 @@ public final class SinkService: Service, Sendable {
 
     /// Data exceptions (22) and integrity violations (23): the same data would fail again.
     static func isDataError(_ state: String) -> Bool { state.hasPrefix("22") || state.hasPrefix("23") }
+
+    /// The SQLSTATE of a batch PostgreSQL refused for its data (class 22/23), or nil when the batch failed otherwise.
+    /// A transaction whose rollback failed too is not a refusal: its connection broke after the error (PostgreSQL
+    /// stopped just after a first attempt met a stored row, in the chaos soak), so the batch is retried, not isolated.
+    static func refusedData(_ error: any Error) -> String? {
+        if let tx = error as? PostgresTransactionError, tx.rollbackError != nil { return nil }
+        guard let state = sqlState(of: error), isDataError(state) else { return nil }
+        return state
+    }
 
     static func brief(_ error: any Error) -> String {
         let inner = unwrap(error)
