@@ -99,7 +99,7 @@ public final class GuardedConnection: Sendable {
         try result.get()
     }
 
-    /// Runs on the connection's event loop (the task executor): every check of `isOpen` is followed, in the same
+    /// Runs on the connection's event loop (the task executor): every `ensureOpen` check is followed, in the same
     /// event-loop turn, by the writer call it guards (PostgresNIO's writer calls its state machine synchronously when
     /// it is already on the loop).
     private func copyOnLoop(_ buffer: ByteBuffer, into target: String, logger: Logger) async throws {
