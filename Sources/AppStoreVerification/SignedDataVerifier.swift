@@ -505,10 +505,10 @@ public final class SignedDataVerifier: Sendable {
         let leaf: Certificate
         let inter: Certificate
         do { leaf = try Certificate(derEncoded: leafDER) } catch {
-            throw VerificationError(.untrustedChain, "x5c[0] is not a valid X.509 certificate: \(error)")
+            throw VerificationError(.untrustedChain, "x5c[0] is not a valid X.509 certificate: \(Self.certificateError(error))")
         }
         do { inter = try Certificate(derEncoded: interDER) } catch {
-            throw VerificationError(.untrustedChain, "x5c[1] is not a valid X.509 certificate: \(error)")
+            throw VerificationError(.untrustedChain, "x5c[1] is not a valid X.509 certificate: \(Self.certificateError(error))")
         }
         let r = try chainVerifier.verify(leaf: leaf, intermediates: [inter], validationTime: validationTime)
         guard r.certificates.count == 3 else {
@@ -521,5 +521,18 @@ public final class SignedDataVerifier: Sendable {
         return VerifiedChain(
             leafKey: leafKey, notBeforeMillis: r.notBeforeMillis, notAfterMillis: r.notAfterMillis,
             rootFingerprint: r.anchor.fingerprint, certificates: r.certificates)
+    }
+}
+
+extension SignedDataVerifier {
+    /// Why a certificate did not parse, for a rejection's detail: the same text for the same input. swift-crypto's
+    /// `underlyingCoreCryptoError(error:)` carries BoringSSL's packed error code, which also depends on what the
+    /// thread's error queue held before (two verifiers of one mutated receipt reported 67108968 and 100663398), so it
+    /// is named without the code.
+    static func certificateError(_ error: any Error) -> String {
+        if let crypto = error as? CryptoKitError, case .underlyingCoreCryptoError = crypto {
+            return "swift-crypto could not parse a key in it"
+        }
+        return "\(error)"
     }
 }

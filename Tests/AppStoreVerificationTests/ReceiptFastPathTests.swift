@@ -1,3 +1,4 @@
+import Crypto
 @testable import AppStoreVerification
 import Foundation
 import FleetTestPKI
@@ -143,6 +144,16 @@ import Testing
         let forged = try TestReceiptPKI()
         let f = Base64.encodeStandard(try forged.sign(ReceiptFixtures.receipt()))
         #expect(outcome(warm, f) == outcome(ReceiptFixtures.verifier(cache: nil), f))
+    }
+
+    /// A CI run failed here once: a mutated certificate's key was refused by swift-crypto with BoringSSL error codes
+    /// that differed between the warm and the cold verifier (67108968 against 100663398), and the detail carried them.
+    @Test func certificateErrorsCarryNoBoringSSLCode() {
+        let a = SignedDataVerifier.certificateError(CryptoKitError.underlyingCoreCryptoError(error: 67108968))
+        let b = SignedDataVerifier.certificateError(CryptoKitError.underlyingCoreCryptoError(error: 100663398))
+        #expect(a == b)
+        #expect(!a.contains("67108968"))
+        #expect(SignedDataVerifier.certificateError(CryptoKitError.incorrectKeySize) == "\(CryptoKitError.incorrectKeySize)")
     }
 
     @Test func oneByteMutationsAnywhereAgreeWarmAndCold() throws {

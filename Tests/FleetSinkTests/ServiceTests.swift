@@ -125,6 +125,26 @@ struct ServiceTests {
         }
     }
 
+    /// A trigger on `table` that runs `action` the first time a row inserted meets `condition` (sequence `name`:
+    /// not undone by a rollback, so a retried batch does not meet it again).
+    private func onceTrigger(_ url: String, _ name: String, on table: String, when condition: String, do action: String) async throws {
+        try await onDatabase(url) { (c: PostgresConnection) async throws in
+            try await c.query(PostgresQuery(unsafeSQL: "CREATE SEQUENCE \(name)"), logger: testLogger)
+            try await c.query(PostgresQuery(unsafeSQL: """
+                CREATE FUNCTION \(name)() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                    IF \(condition) THEN
+                        IF nextval('\(name)') = 1 THEN \(action); END IF;
+                    END IF;
+                    RETURN NEW;
+                END $$
+                """), logger: testLogger)
+            try await c.query(PostgresQuery(unsafeSQL: """
+                CREATE TRIGGER \(name) BEFORE INSERT ON \(table) FOR EACH ROW EXECUTE FUNCTION \(name)()
+                """), logger: testLogger)
+        }
+    }
+
     @Test("a refused batch is one PostgreSQL refused for its data and then rolled back; a failed rollback means a broken connection")
     func refusalNeedsRollback() async throws {
         let url = try await TestPostgres.shared.freshDatabase()
@@ -151,21 +171,8 @@ struct ServiceTests {
         // events are written), its backend terminates itself, as a PostgreSQL restart would end it. Once only: a
         // sequence is not undone by the rollback. (The chaos soak found the sink exiting here: the isolation's
         // connection error escaped the service.)
-        try await onDatabase(url) { (c: PostgresConnection) async throws in
-            try await c.query("CREATE SEQUENCE kill_once", logger: testLogger)
-            try await c.query("""
-                CREATE FUNCTION kill_once() RETURNS trigger LANGUAGE plpgsql AS $$
-                BEGIN
-                    IF NEW.event_id = 'last' THEN
-                        IF nextval('kill_once') = 1 THEN PERFORM pg_terminate_backend(pg_backend_pid()); END IF;
-                    END IF;
-                    RETURN NEW;
-                END $$
-                """, logger: testLogger)
-            try await c.query("""
-                CREATE TRIGGER kill_once BEFORE INSERT ON entitlement_events FOR EACH ROW EXECUTE FUNCTION kill_once()
-                """, logger: testLogger)
-        }
+        try await onceTrigger(url, "kill_once", on: "entitlement_events", when: "NEW.event_id = 'last'",
+                              do: "PERFORM pg_terminate_backend(pg_backend_pid())")
         let first = makeEvent("first", kind: "SUBSCRIPTION_STARTED", effect: .grant, signed: baseTime,
                               validUntil: baseTime + day, notificationType: "SUBSCRIBED")
         let beyond = makeEvent("beyond", kind: "SUBSCRIPTION_STARTED", effect: .grant, signed: baseTime + 1,
@@ -245,16 +252,7 @@ struct ServiceTests {
         // The first notification row ever inserted makes its COPY sleep 4 s (a sequence: not undone by the rollback),
         // well past the 1.5 s batch timeout. The abandoned transaction keeps its advisory locks until its COPY ends and
         // its connection is closed, so the retries time out too until then.
-        try await onDatabase(url) { (c: PostgresConnection) async throws in
-            try await c.query("CREATE SEQUENCE slow_once", logger: testLogger)
-            try await c.query("""
-                CREATE FUNCTION slow_first() RETURNS trigger LANGUAGE plpgsql AS $$
-                BEGIN IF nextval('slow_once') = 1 THEN PERFORM pg_sleep(4); END IF; RETURN NEW; END $$
-                """, logger: testLogger)
-            try await c.query("""
-                CREATE TRIGGER slow_first BEFORE INSERT ON notifications FOR EACH ROW EXECUTE FUNCTION slow_first()
-                """, logger: testLogger)
-        }
+        try await onceTrigger(url, "slow_once", on: "notifications", when: "true", do: "PERFORM pg_sleep(4)")
         let stream = mixedStream(subjects: 10)
         let source = MemorySource(records(stream))
         let service = SinkService(

@@ -138,7 +138,7 @@ extension SignedDataVerifier {
         var certificates: [Certificate] = []
         for (i, der) in signed.certificates.enumerated() {
             do { certificates.append(try Certificate(derEncoded: der)) } catch {
-                throw VerificationError(.untrustedChain, "certificate \(i) of the SignedData is not a valid X.509 certificate: \(error)")
+                throw VerificationError(.untrustedChain, "certificate \(i) of the SignedData is not a valid X.509 certificate: \(SignedDataVerifier.certificateError(error))")
             }
         }
         guard let leafIndex = Self.signerIndex(si, certificates) else {
