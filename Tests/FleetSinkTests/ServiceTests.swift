@@ -92,21 +92,26 @@ struct ServiceTests {
         }
     }
 
+    /// "first", "beyond" and "last": the middle one's expiresDate fails the transaction facts' insert, a statement
+    /// queued behind others and ahead of the events insert: the error PostgreSQL met (22008) must be the one the sink
+    /// acts on, not the "transaction aborted" (25P02) of the statements queued after it.
+    static func oneRefusedAmongThree() -> [EntitlementEvent] {
+        [
+            makeEvent("first", kind: "SUBSCRIPTION_STARTED", effect: .grant, signed: baseTime,
+                      validUntil: baseTime + day, notificationType: "SUBSCRIBED"),
+            makeEvent("beyond", kind: "SUBSCRIPTION_STARTED", effect: .grant, signed: baseTime + 1,
+                      subject: "otx-2", transactionId: "tx-2", originalTransactionId: "otx-2",
+                      validUntil: 900_000_000_000_000_000, notificationType: "SUBSCRIBED"),
+            makeEvent("last", kind: "SUBSCRIPTION_STARTED", effect: .grant, signed: baseTime + 2,
+                      subject: "otx-3", transactionId: "tx-3", originalTransactionId: "otx-3",
+                      validUntil: baseTime + day, notificationType: "SUBSCRIBED"),
+        ]
+    }
+
     @Test("an event PostgreSQL refuses (a date beyond timestamptz) goes to the sink-rejected topic; the rest of its batch is written")
     func databaseRefusesOneEvent() async throws {
         let url = try await TestPostgres.shared.freshDatabase()
-        let first = makeEvent("first", kind: "SUBSCRIPTION_STARTED", effect: .grant, signed: baseTime,
-                              validUntil: baseTime + day, notificationType: "SUBSCRIBED")
-        // Its expiresDate fails the transaction facts' insert, a statement queued behind others and ahead of the
-        // events insert: the error PostgreSQL met (22008) must be the one the sink acts on, not the "transaction
-        // aborted" (25P02) of the statements queued after it.
-        let beyond = makeEvent("beyond", kind: "SUBSCRIPTION_STARTED", effect: .grant, signed: baseTime + 1,
-                               subject: "otx-2", transactionId: "tx-2", originalTransactionId: "otx-2",
-                               validUntil: 900_000_000_000_000_000, notificationType: "SUBSCRIBED")
-        let last = makeEvent("last", kind: "SUBSCRIPTION_STARTED", effect: .grant, signed: baseTime + 2,
-                             subject: "otx-3", transactionId: "tx-3", originalTransactionId: "otx-3",
-                             validUntil: baseTime + day, notificationType: "SUBSCRIBED")
-        let input = records([first, beyond, last])
+        let input = records(Self.oneRefusedAmongThree())
         let source = MemorySource(input)
         let rejects = MemoryRejects()
         let service = SinkService(configuration: .init(databaseURL: try DatabaseURL(url), initialBackoff: .milliseconds(10)),
@@ -173,15 +178,7 @@ struct ServiceTests {
         // connection error escaped the service.)
         try await onceTrigger(url, "kill_once", on: "entitlement_events", when: "NEW.event_id = 'last'",
                               do: "PERFORM pg_terminate_backend(pg_backend_pid())")
-        let first = makeEvent("first", kind: "SUBSCRIPTION_STARTED", effect: .grant, signed: baseTime,
-                              validUntil: baseTime + day, notificationType: "SUBSCRIBED")
-        let beyond = makeEvent("beyond", kind: "SUBSCRIPTION_STARTED", effect: .grant, signed: baseTime + 1,
-                               subject: "otx-2", transactionId: "tx-2", originalTransactionId: "otx-2",
-                               validUntil: 900_000_000_000_000_000, notificationType: "SUBSCRIBED")
-        let last = makeEvent("last", kind: "SUBSCRIPTION_STARTED", effect: .grant, signed: baseTime + 2,
-                             subject: "otx-3", transactionId: "tx-3", originalTransactionId: "otx-3",
-                             validUntil: baseTime + day, notificationType: "SUBSCRIBED")
-        let input = records([first, beyond, last])
+        let input = records(Self.oneRefusedAmongThree())
         let source = MemorySource(input)
         let rejects = MemoryRejects()
         // A statement sent on the dead connection after its handler is gone (the transaction's ROLLBACK, when the
