@@ -23,28 +23,103 @@ import Synchronization
 ///   for backpressure. On a connection found closed, it waits until NIO has removed the handler (then PostgresNIO's own
 ///   CopyFail answers "connection closed" instead of trapping) and throws `ClosedDuringCopy`.
 ///
+/// A second rule, for every statement: PostgresNIO never answers a statement sent after the connection's channel has
+/// closed and its handler is gone (the statement's write fails at the channel's head with no promise, and the
+/// statement's own promise is never completed). A ROLLBACK or probe sent just after a PostgreSQL restart then waits
+/// forever. `bounded` ends such a wait: the call fails with `ConnectionLost` once the channel has been closed for
+/// `closedGrace` (a statement that was in flight when the channel closed gets PostgresNIO's own error first).
+///
 /// What stays outside anyone's reach but PostgresNIO's: over TLS, a connection that PostgresNIO itself starts closing
 /// (a protocol error during the COPY) stays active while the close_notify is exchanged.
 public final class GuardedConnection: Sendable {
     public let connection: PostgresConnection
     private let state = Mutex(State())
     private let executor: EventLoopTaskExecutor
+    private let closedGrace: Duration
     /// Tests only: runs inside the COPY (PostgreSQL is in COPY mode, nothing written yet), just before the write.
     private let beforeWrite: (@Sendable (GuardedConnection) async -> Void)?
 
     private struct State {
         var copying = false
         var closeRequested = false
+        /// `bounded` calls in progress, each with what ends it when the channel closes.
+        var watchers: [UInt64: @Sendable () -> Void] = [:]
+        var nextWatcher: UInt64 = 0
+        /// One callback on `closeFuture` per connection, registered by the first `bounded` call.
+        var watchingClose = false
+        var channelClosed = false
     }
 
     public convenience init(_ connection: PostgresConnection) {
-        self.init(connection, beforeWrite: nil)
+        self.init(connection, closedGrace: .seconds(1), beforeWrite: nil)
     }
 
-    init(_ connection: PostgresConnection, beforeWrite: (@Sendable (GuardedConnection) async -> Void)?) {
+    init(
+        _ connection: PostgresConnection, closedGrace: Duration = .seconds(1),
+        beforeWrite: (@Sendable (GuardedConnection) async -> Void)? = nil
+    ) {
         self.connection = connection
         self.executor = EventLoopTaskExecutor(connection.eventLoop)
+        self.closedGrace = closedGrace
         self.beforeWrite = beforeWrite
+    }
+
+    public struct ConnectionLost: Error, CustomStringConvertible {
+        public var grace: Duration
+        public var description: String {
+            "the database connection closed and the statement in flight was not answered within \(grace)"
+        }
+    }
+
+    /// Runs `body`, which uses this connection, until it finishes, `limit` passes (then `timedOut` is thrown and
+    /// `onTimeout` runs), or the channel has been closed for `closedGrace` (then `ConnectionLost` is thrown). The body
+    /// is not awaited after either: a statement PostgresNIO will never answer must not hold the caller.
+    public func bounded<T: Sendable>(
+        within limit: Duration, timedOut: any Error, onTimeout: @escaping @Sendable () async -> Void,
+        _ body: @escaping @Sendable () async throws -> T
+    ) async throws -> T {
+        let race = Race<T>()
+        let grace = closedGrace
+        let id = watch { race.finish(.failure(ConnectionLost(grace: grace))) }
+        defer { unwatch(id) }
+        return try await race.run(within: limit, timedOut: timedOut, body: body, onTimeout: onTimeout)
+    }
+
+    private func watch(_ onLost: @escaping @Sendable () -> Void) -> UInt64 {
+        let (id, register, closed) = state.withLock { s -> (UInt64, Bool, Bool) in
+            let id = s.nextWatcher
+            s.nextWatcher += 1
+            s.watchers[id] = onLost
+            defer { s.watchingClose = true }
+            return (id, !s.watchingClose, s.channelClosed)
+        }
+        if register {
+            connection.closeFuture.whenComplete { [weak self] _ in self?.channelDidClose() }
+        }
+        if closed { endAfterGrace(id) }
+        return id
+    }
+
+    private func unwatch(_ id: UInt64) {
+        _ = state.withLock { $0.watchers.removeValue(forKey: id) }
+    }
+
+    private func channelDidClose() {
+        let ids = state.withLock { s -> [UInt64] in
+            s.channelClosed = true
+            return Array(s.watchers.keys)
+        }
+        for id in ids { endAfterGrace(id) }
+    }
+
+    /// One timer per `bounded` call that meets a closed channel; it ends that call if it is still waiting.
+    private func endAfterGrace(_ id: UInt64) {
+        let c = closedGrace.components
+        let delay = TimeAmount.nanoseconds(c.seconds * 1_000_000_000 + c.attoseconds / 1_000_000_000)
+        connection.eventLoop.scheduleTask(in: delay) { [weak self] in
+            let onLost = self?.state.withLock { $0.watchers.removeValue(forKey: id) }
+            onLost?()
+        }
     }
 
     public struct ClosedDuringCopy: Error, CustomStringConvertible {

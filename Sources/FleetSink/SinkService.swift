@@ -291,10 +291,10 @@ public final class SinkService: Service, Sendable {
     ) async throws -> T {
         let limit = configuration.batchTimeout
         let logger = self.logger
-        return try await Race<T>.run(within: limit, timedOut: BatchTimedOut(limit: limit), body: body) {
+        return try await connection.bounded(within: limit, timedOut: BatchTimedOut(limit: limit), onTimeout: {
             logger.error("batch timed out; closing the database connection", metadata: ["limit": "\(limit)"])
             await connection.close()
-        }
+        }, body)
     }
 
     private func isolate(
@@ -483,7 +483,15 @@ final class Race<T: Sendable>: Sendable {
         within limit: Duration, timedOut: any Error, body: @escaping @Sendable () async throws -> T,
         onTimeout: @escaping @Sendable () async -> Void, lateSuccess: @escaping @Sendable (T) async -> Void = { _ in }
     ) async throws -> T {
-        let race = Race<T>()
+        try await Race<T>().run(within: limit, timedOut: timedOut, body: body, onTimeout: onTimeout, lateSuccess: lateSuccess)
+    }
+
+    /// As the static `run`; `finish` may also end it from outside (a connection found closed).
+    func run(
+        within limit: Duration, timedOut: any Error, body: @escaping @Sendable () async throws -> T,
+        onTimeout: @escaping @Sendable () async -> Void, lateSuccess: @escaping @Sendable (T) async -> Void = { _ in }
+    ) async throws -> T {
+        let race = self
         return try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
             race.start(continuation)
             let timer = Task {
@@ -499,21 +507,41 @@ final class Race<T: Sendable>: Sendable {
         }
     }
 
-    private let state = Mutex<(CheckedContinuation<T, any Error>?, Bool)>((nil, false))
-
-    func start(_ continuation: CheckedContinuation<T, any Error>) {
-        state.withLock { $0.0 = continuation }
+    private struct State {
+        var continuation: CheckedContinuation<T, any Error>?
+        var finished = false
+        /// A result that came before `start` (a `finish` from outside may).
+        var early: Result<T, any Error>?
     }
 
+    private let state = Mutex(State())
+
+    func start(_ continuation: CheckedContinuation<T, any Error>) {
+        let early = state.withLock { s -> Result<T, any Error>? in
+            guard s.finished else {
+                s.continuation = continuation
+                return nil
+            }
+            defer { s.early = nil }
+            return s.early
+        }
+        if let early { continuation.resume(with: early) }
+    }
+
+    /// Decides the race with `result` unless it is decided already; returns whether it decided it.
     @discardableResult
     func finish(_ result: Result<T, any Error>) -> Bool {
-        let continuation = state.withLock { s -> CheckedContinuation<T, any Error>? in
-            if s.1 { return nil }
-            s.1 = true
-            defer { s.0 = nil }
-            return s.0
+        let (decided, continuation) = state.withLock { s -> (Bool, CheckedContinuation<T, any Error>?) in
+            if s.finished { return (false, nil) }
+            s.finished = true
+            guard let c = s.continuation else {
+                s.early = result
+                return (true, nil)
+            }
+            s.continuation = nil
+            return (true, c)
         }
         continuation?.resume(with: result)
-        return continuation != nil
+        return decided
     }
 }

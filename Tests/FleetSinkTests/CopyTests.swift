@@ -233,6 +233,62 @@ struct CopyTests {
         await #expect(throws: GuardedConnection.ClosedDuringCopy.self) { try await guarded.copy(rows, logger: testLogger) }
     }
 
+    private struct Hung: Error {}
+
+    @Test("a statement sent after the channel closed: PostgresNIO never answers it; bounded, it fails after the grace")
+    func statementAfterClose() async throws {
+        let (_, _, c) = try await oneRowTable()
+        try await c.close()
+        // The premise: unbounded, only a deadline ends it (the statement's write fails at the channel's head with no
+        // promise). Should PostgresNIO start failing it, this expectation fails and the close watch can go.
+        await #expect(throws: Hung.self) {
+            try await Race<Void>.run(within: .seconds(2), timedOut: Hung(), body: {
+                _ = try await c.query("SELECT 1", logger: testLogger)
+            }, onTimeout: {})
+        }
+        // A closed channel is noticed whether it closed before the call (here) or during it (the next test).
+        let guarded = GuardedConnection(c, closedGrace: .milliseconds(200))
+        let started = ContinuousClock.now
+        await #expect(throws: GuardedConnection.ConnectionLost.self) {
+            try await guarded.bounded(within: .seconds(30), timedOut: Hung(), onTimeout: {}) {
+                _ = try await c.query("SELECT 1", logger: testLogger)
+            }
+        }
+        #expect(ContinuousClock.now - started < .seconds(10), "ended by the watch, not by the 30 s deadline")
+    }
+
+    @Test("a statement in flight when the channel closes: PostgresNIO's own error, or the grace; never the deadline")
+    func statementWhenChannelCloses() async throws {
+        let (url, _, c) = try await oneRowTable()
+        let guarded = GuardedConnection(c, closedGrace: .seconds(3))
+        // A healthy statement is not disturbed, and leaves no watch behind.
+        #expect(try await guarded.bounded(within: .seconds(30), timedOut: Hung(), onTimeout: {}) {
+            try await scalar(c, "SELECT 41 + 1", as: Int32.self)
+        } == 42)
+        let pid = try await scalar(c, "SELECT pg_backend_pid()", as: Int32.self)
+        let killer = Task {
+            try await Task.sleep(for: .milliseconds(300))
+            _ = try await withConnection(url) { (other: PostgresConnection) async throws -> Bool in
+                try await scalar(other, "SELECT pg_terminate_backend(\(pid))", as: Bool.self)
+            }
+        }
+        let started = ContinuousClock.now
+        do {
+            _ = try await guarded.bounded(within: .seconds(30), timedOut: Hung(), onTimeout: {}) {
+                try await c.query("SELECT pg_sleep(20)", logger: testLogger).collect()
+            }
+            Issue.record("the statement outlived its backend")
+        } catch is Hung {
+            Issue.record("only the deadline ended the statement")
+        } catch {
+            // PostgresNIO fails a statement in flight when the channel goes inactive, before the grace ends.
+            #expect(!(error is GuardedConnection.ConnectionLost), "\(error)")
+        }
+        #expect(ContinuousClock.now - started < .seconds(10))
+        try await killer.value
+        #expect(c.isClosed)
+    }
+
     @Test("a date outside 1970-2099 sends the batch's rows through the inserts, which store it as fleet_ms does")
     func unwritableDateFallsBackToInsert() async throws {
         let t = baseTime

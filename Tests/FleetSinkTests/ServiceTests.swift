@@ -182,13 +182,13 @@ struct ServiceTests {
         let source = MemorySource(input)
         let rejects = MemoryRejects()
         // A statement sent on the dead connection after its handler is gone (the transaction's ROLLBACK, when the
-        // machine is slow) is never answered by PostgresNIO: the batch timeout ends it (seen in a CI run under load).
-        let service = SinkService(configuration: .init(databaseURL: try DatabaseURL(url), initialBackoff: .milliseconds(10),
-                                                       batchTimeout: .seconds(3)),
+        // machine is slow) is never answered by PostgresNIO. With the default 30 s batch timeout, only the
+        // connection's close watch (`GuardedConnection.bounded`) can end it within the wait below.
+        let service = SinkService(configuration: .init(databaseURL: try DatabaseURL(url), initialBackoff: .milliseconds(10)),
                                   source: source, rejected: rejects, logger: testLogger)
         let task = Task { try await service.run() }
         // Before the fix the service ended with the isolation's connection error: the wait then times out.
-        try? await waitUntil(timeout: .seconds(60)) { source.marked.count == input.count }
+        try? await waitUntil(timeout: .seconds(25)) { source.marked.count == input.count }
         task.cancel()
         let ended = await task.result
         if case .failure(let error) = ended, !(error is CancellationError) { Issue.record("the sink failed: \(error)") }
