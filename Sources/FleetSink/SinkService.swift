@@ -424,13 +424,14 @@ public final class SinkService: Service, Sendable {
     /// The SQLSTATE of a batch PostgreSQL refused for its data (class 22/23), or nil when the batch failed otherwise.
     /// A transaction whose rollback failed too is not a refusal: its connection broke after the error (PostgreSQL
     /// stopped just after a first attempt met a stored row, in the chaos soak), so the batch is retried, not isolated.
-    static func refusedData(_ error: any Error) -> String? {
+    public static func refusedData(_ error: any Error) -> String? {
         if let tx = error as? PostgresTransactionError, tx.rollbackError != nil { return nil }
         guard let state = sqlState(of: error), isDataError(state) else { return nil }
         return state
     }
 
-    static func brief(_ error: any Error) -> String {
+    /// A one-line description of a database error: its code and the server's message (PSQLError's own description is generic).
+    public static func brief(_ error: any Error) -> String {
         let inner = unwrap(error)
         if let psql = inner as? PSQLError {
             if let message = psql.serverInfo?[.message] { return "\(psql.code): \(message)" }

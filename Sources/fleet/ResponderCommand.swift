@@ -73,8 +73,9 @@ struct Responder: AsyncParsableCommand {
         }
         FleetMetrics.bootstrap()
         let readiness = Readiness()
-        readiness.set("responder", true)
-        let responder = ConsumptionResponder(configuration: config, client: client, logger: logger)
+        readiness.set("database", false)
+        let responder = ConsumptionResponder(configuration: config, client: client, logger: logger,
+                                             onDatabaseReady: { readiness.set("database", $0) })
         let group = ServiceGroup(configuration: .init(
             services: [
                 .init(service: responder, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup),

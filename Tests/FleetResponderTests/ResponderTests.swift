@@ -43,12 +43,33 @@ struct Harness {
                          originalTransactionId: history.originalTransactionId, subject: history.originalTransactionId, requestedAtMs: requestedAt)
     }
 
-    func responder(bootstrap: String = "127.0.0.1:1", topic: String = "entitlements.verified", policy: ConsumptionPolicy = .init()) throws -> ConsumptionResponder {
+    func responder(bootstrap: String = "127.0.0.1:1", topic: String = "entitlements.verified", policy: ConsumptionPolicy = .init(),
+                   onDatabaseReady: @escaping @Sendable (Bool) -> Void = { _ in }) throws -> ConsumptionResponder {
         ConsumptionResponder(
             configuration: ResponderConfiguration(kafka: KafkaConfiguration(bootstrapServers: bootstrap), group: "responder-\(UUID().uuidString.prefix(6))",
                                                   resultTopic: topic, databaseURL: try DatabaseURL(url), policy: policy,
-                                                  retryInterval: .seconds(0), sweepInterval: .milliseconds(200)),
-            client: client, logger: logger)
+                                                  retryInterval: .seconds(0), sweepInterval: .milliseconds(200),
+                                                  initialBackoff: .milliseconds(50), maxBackoff: .milliseconds(500)),
+            client: client, logger: logger, onDatabaseReady: onDatabaseReady)
+    }
+
+    /// A CONSUMPTION_REQUEST on the result topic, as the workers emit it.
+    func request(_ uuid: String) -> EntitlementEvent {
+        EntitlementEvent(
+            eventId: String(uuid.filter(\.isHexDigit).prefix(32)), kind: "REFUND_REQUESTED", effect: .info, reason: "consumption_request",
+            environment: "Sandbox", subject: history.originalTransactionId, transactionId: history.transactionIds[0],
+            originalTransactionId: history.originalTransactionId,
+            notification: EventNotification(uuid: uuid, type: "CONSUMPTION_REQUEST", subtype: nil, signedDate: TestPayloads.nowMillis()),
+            signedDate: TestPayloads.nowMillis(), verifiedAt: TestPayloads.nowMillis(),
+            source: EventSource(topic: "appstore.raw", partition: 0, offset: 1, inputKind: "notification"))
+    }
+
+    func waitForState(_ uuid: String, _ state: String, timeout: Duration = .seconds(90)) async throws {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if (try? await row(uuid).state) == state { return }
+            try await Task.sleep(for: .milliseconds(200))
+        }
     }
 
     func row(_ uuid: String) async throws -> (state: String, attempts: Int, status: Int?, consented: Bool?, delivery: String?) {
@@ -177,6 +198,68 @@ struct ResponderTests {
             try await c.query("SELECT count(*) FROM consumption_answers", logger: logger).collect().first!.decode(Int.self)
         }
         #expect(count == 1)
+        await h.server.stop()
+    }
+
+    @Test func theServiceRidesOutADatabaseOutageAndRecordsAnAnswerItCouldNotRecordThen() async throws {
+        var h = try await Harness.make()
+        // Its own server: stopping the shared one would disturb tests running in parallel.
+        let own = try await ThrowawayPostgres(database: "responder")
+        defer { own.destroy() }
+        try await withConnection(own.url) { try await SinkSchema.migrate(connection: $0, logger: logger) }
+        h.url = own.url
+        let cluster = try EmbeddedKafkaCluster(brokers: 1)
+        defer { cluster.shutdown() }
+        try cluster.createTopic("entitlements.verified", partitions: 1)
+        let producer = try KafkaProducer(configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers))
+        defer { producer.close() }
+        func publish(_ uuid: String) async throws {
+            _ = try await producer.send(OutgoingMessage(topic: "entitlements.verified", key: Array(uuid.utf8), value: h.request(uuid).jsonBytes()))
+        }
+        let readiness = Mutex<[Bool]>([])
+        let responder = try h.responder(bootstrap: cluster.bootstrapServers, onDatabaseReady: { r in readiness.withLock { $0.append(r) } })
+        let finished = Mutex(false)
+        let task = Task {
+            defer { finished.withLock { $0 = true } }
+            try await responder.run()
+        }
+        defer { task.cancel() }
+        let (a, b, c) = (UUID().uuidString.lowercased(), UUID().uuidString.lowercased(), UUID().uuidString.lowercased())
+        try await publish(a)
+        try await h.waitForState(a, "sent")
+        #expect(try await h.row(a).state == "sent")
+
+        // B reaches Apple, then the database stops before Apple's answer can be recorded.
+        h.server.stallNext(1, for: .seconds(3))
+        let arrived = h.server.arrivals
+        try await publish(b)
+        let deadline = ContinuousClock.now + .seconds(60)
+        while h.server.arrivals == arrived && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        #expect(h.server.arrivals > arrived, "B's answer never reached the stand-in")
+        try own.stop()
+        // C arrives while the database is down.
+        try await publish(c)
+        let downUntil = ContinuousClock.now + .seconds(20)
+        while readiness.withLock({ $0.last }) != false && ContinuousClock.now < downUntil { try await Task.sleep(for: .milliseconds(50)) }
+        #expect(readiness.withLock { $0.last } == false, "not ready while the database is down")
+        try await Task.sleep(for: .seconds(4))  // past the stall: Apple has answered B
+        #expect(h.server.consumptionCalls.count == 2, "B was sent once; C waits for the database")
+        try own.start()
+        try await h.waitForState(b, "sent")
+        try await h.waitForState(c, "sent")
+        try await Task.sleep(for: .seconds(1))
+        // The service rode it out: still running, ready again, every request answered exactly once and recorded.
+        #expect(!finished.withLock { $0 }, "the responder ended during the outage")
+        #expect(readiness.withLock { $0.last } == true, "ready again once the database is back")
+        for uuid in [a, b, c] {
+            let row = try await h.row(uuid)
+            #expect(row.state == "sent" && row.attempts == 1 && row.status == 202, "\(uuid): \(row)")
+        }
+        #expect(h.server.consumptionCalls.count == 3, "each request sent exactly once")
+        task.cancel()
+        if case .failure(let error) = await task.result, !(error is CancellationError) {
+            Issue.record("the responder failed: \(error)")
+        }
         await h.server.stop()
     }
 }
