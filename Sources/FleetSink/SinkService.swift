@@ -380,17 +380,24 @@ public final class SinkService: Service, Sendable {
     private func connectAndCheck() async throws -> GuardedConnection {
         let connection = try await PostgresConnection.connect(
             configuration: try configuration.databaseURL.connectionConfiguration(), id: 1, logger: logger)
+        let guarded = GuardedConnection(connection)
         do {
-            let version = try await SinkSchema.currentVersion(connection: connection, logger: logger) ?? 0
+            // Bounded like every statement: a database that restarts just after accepting the connection must not
+            // leave the check waiting for the connect's deadline.
+            let limit = configuration.batchTimeout
+            let logger = self.logger
+            let version = try await guarded.bounded(within: limit, timedOut: ConnectTimedOut(limit: limit), onTimeout: {}) {
+                try await SinkSchema.currentVersion(connection: connection, logger: logger) ?? 0
+            }
             let needed = SinkSchema.migrations.map(\.version).max() ?? 0
             guard version >= needed else {
                 throw SchemaBehind(found: version, needed: needed)
             }
         } catch {
-            try? await connection.close()
+            await guarded.close()
             throw error
         }
-        return GuardedConnection(connection)
+        return guarded
     }
 
     struct SchemaBehind: Error, CustomStringConvertible {
