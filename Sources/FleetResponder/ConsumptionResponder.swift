@@ -139,10 +139,11 @@ public final class ConsumptionResponder: Service {
         await store?.close()
     }
 
+    /// Connects within the statement timeout (a connect that never completes must not hold the responder either).
     private func connect() async throws -> ConsumptionStore {
-        let connection = try await PostgresConnection.connect(
-            configuration: try configuration.databaseURL.connectionConfiguration(), id: 1, logger: logger)
-        return ConsumptionStore(connection: connection, logger: logger, statementTimeout: configuration.statementTimeout)
+        let connection = try await GuardedConnection.connect(
+            try configuration.databaseURL.connectionConfiguration(), id: 1, within: configuration.statementTimeout, logger: logger)
+        return ConsumptionStore(guarded: connection, logger: logger, statementTimeout: configuration.statementTimeout)
     }
 
     /// Records the claim in `message`, if it holds one; true when this call created it. A claim PostgreSQL refuses for

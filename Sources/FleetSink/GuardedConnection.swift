@@ -64,6 +64,23 @@ public final class GuardedConnection: Sendable {
         self.beforeWrite = beforeWrite
     }
 
+    public struct ConnectTimedOut: Error, CustomStringConvertible {
+        public var limit: Duration
+        public var description: String { "connecting to the database did not finish within \(limit)" }
+    }
+
+    /// Connects within `limit`: a connect that never completes (a database restarting as it accepted the socket)
+    /// must not hold the caller. A connection that completes after the deadline is closed.
+    public static func connect(
+        _ configuration: PostgresConnection.Configuration, id: Int, within limit: Duration, logger: Logger
+    ) async throws -> GuardedConnection {
+        try await Race<GuardedConnection>.run(
+            within: limit, timedOut: ConnectTimedOut(limit: limit),
+            body: { GuardedConnection(try await PostgresConnection.connect(configuration: configuration, id: id, logger: logger)) },
+            onTimeout: { logger.error("database connect timed out", metadata: ["limit": "\(limit)"]) },
+            lateSuccess: { late in await late.close() })
+    }
+
     public struct ConnectionLost: Error, CustomStringConvertible {
         public var grace: Duration
         public var description: String {

@@ -359,35 +359,24 @@ public final class SinkService: Service, Sendable {
         }
     }
 
-    struct ConnectTimedOut: Error, CustomStringConvertible {
+    struct SchemaCheckTimedOut: Error, CustomStringConvertible {
         var limit: Duration
-        var description: String { "connecting to the database (and reading its schema version) did not finish within \(limit)" }
+        var description: String { "reading the database's schema version did not finish within \(limit)" }
     }
 
-    /// Connects and checks the schema, within `configuration.batchTimeout`: like a batch, a connection attempt must
-    /// never wedge the sink. (A sink restarted just before a PostgreSQL restart in the chaos soak stayed ready with
-    /// no socket, no batch and no retry; a connect that never completed is the one await that could hold it.)
-    /// A connection that completes after the deadline is closed.
+    /// Connects and checks the schema, each within `configuration.batchTimeout`: like a batch, a connection attempt
+    /// must never wedge the sink. (A sink restarted just before a PostgreSQL restart in the chaos soak stayed ready
+    /// with no socket, no batch and no retry; a connect that never completed is the one await that could hold it.)
+    /// The check is bounded like every statement, so a database that restarts just after accepting the connection is
+    /// noticed within a second.
     private func connect() async throws -> GuardedConnection {
         let limit = configuration.batchTimeout
         let logger = self.logger
-        return try await Race<GuardedConnection>.run(
-            within: limit, timedOut: ConnectTimedOut(limit: limit), body: { try await self.connectAndCheck() },
-            onTimeout: { logger.error("database connect timed out", metadata: ["limit": "\(limit)"]) },
-            lateSuccess: { late in await late.close() })
-    }
-
-    private func connectAndCheck() async throws -> GuardedConnection {
-        let connection = try await PostgresConnection.connect(
-            configuration: try configuration.databaseURL.connectionConfiguration(), id: 1, logger: logger)
-        let guarded = GuardedConnection(connection)
+        let guarded = try await GuardedConnection.connect(
+            try configuration.databaseURL.connectionConfiguration(), id: 1, within: limit, logger: logger)
         do {
-            // Bounded like every statement: a database that restarts just after accepting the connection must not
-            // leave the check waiting for the connect's deadline.
-            let limit = configuration.batchTimeout
-            let logger = self.logger
-            let version = try await guarded.bounded(within: limit, timedOut: ConnectTimedOut(limit: limit), onTimeout: {}) {
-                try await SinkSchema.currentVersion(connection: connection, logger: logger) ?? 0
+            let version = try await guarded.bounded(within: limit, timedOut: SchemaCheckTimedOut(limit: limit), onTimeout: {}) {
+                try await SinkSchema.currentVersion(connection: guarded.connection, logger: logger) ?? 0
             }
             let needed = SinkSchema.migrations.map(\.version).max() ?? 0
             guard version >= needed else {
