@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import NIOCore
 import PostgresNIO
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -45,7 +46,10 @@ public final class ThrowawayPostgres: Sendable {
     public let binDirectory: String
     /// The temporary directory (data directory, socket directory, server log).
     public let directory: String
-    public let port: Int
+    /// The server's port. Chosen at creation; chosen again if the server could not bind it (another process took it
+    /// between the check and PostgreSQL's bind).
+    public var port: Int { portBox.withLock { $0 } }
+    private let portBox: Mutex<Int>
     public let host = "127.0.0.1"
     public let superuser = "postgres"
     /// The database created at start-up.
@@ -70,9 +74,7 @@ public final class ThrowawayPostgres: Sendable {
         // Below the kernel's ephemeral range, like every port the demo stack picks (`Loopback.freePort`): a port the
         // kernel hands out for bind(0) may also become the local port of an outgoing connection before PostgreSQL
         // binds it.
-        let port = Loopback.freePort()
-        guard port > 0 else { throw Failure.io("no free loopback port for PostgreSQL") }
-        self.port = port
+        self.portBox = Mutex(try Self.freePort())
         var template = Array((NSTemporaryDirectory() + "/fleet-pg-XXXXXX").utf8CString)
         let made: String? = template.withUnsafeMutableBufferPointer { buffer in
             guard let base = buffer.baseAddress, mkdtemp(base) != nil else { return nil }
@@ -91,11 +93,39 @@ public final class ThrowawayPostgres: Sendable {
                 "initdb",
                 ["-D", dataDirectory, "-U", superuser, "--auth=trust", "--encoding=UTF8", "--no-locale", "--no-sync"]
             )
-            try start()
+            try startOnAFreePort()
             try await createDatabase(database, logger: logger)
         } catch {
             destroy()
             throw error
+        }
+    }
+
+    private static func freePort() throws -> Int {
+        let port = Loopback.freePort()
+        guard port > 0 else { throw Failure.io("no free loopback port for PostgreSQL") }
+        return port
+    }
+
+    /// The first start: when PostgreSQL could not bind the port chosen for it, another port (3 tries). Any other
+    /// failure carries the end of the server's log, which `destroy()` then deletes.
+    private func startOnAFreePort() throws {
+        var tries = 0
+        while true {
+            tries += 1
+            do {
+                return try start()
+            } catch {
+                let log = serverLog()
+                let lostPort = log.contains("could not bind") || log.contains("already in use")
+                if lostPort && tries < 3 {
+                    let next = try Self.freePort()
+                    portBox.withLock { $0 = next }
+                    continue
+                }
+                let tail = log.split(separator: "\n").suffix(8).joined(separator: "\n")
+                throw Failure.io("\(error)\nserver log (last lines):\n\(tail)")
+            }
         }
     }
 
