@@ -25,6 +25,7 @@ NAMESPACE = "fleet"
 
 import helm_python  # noqa: E402  (after constants so an import error names the missing package clearly)
 from helm_python import _native  # noqa: E402
+import kubernetes_validate  # noqa: E402
 
 
 class Rendered:
@@ -140,3 +141,40 @@ EVERYTHING: dict[str, Any] = {
     "liveDashboard": {"enabled": True},
     "imagePullSecrets": [{"name": "registry"}],
 }
+
+
+# The App Store Server API values of `reconcile` and `responder` in the tests: ids, the key's Secret, the environment.
+APP_STORE_API = {"keyId": "2X9R4HXF34", "issuerId": "57246542-96fe-1a63-e053-0824d011072a",
+                 "existingSecret": "appstore-api-key", "environment": "Sandbox"}
+
+
+def validates(values: dict[str, Any], kind: str, component: str, kube_version: str) -> None:
+    """The rendered `kind` of `component` is valid for `kube_version` (strict)."""
+    doc = render(values, kube_version=kube_version).one(kind, component)
+    kubernetes_validate.validate(clean(doc), kube_version, strict=True)
+
+
+def assert_app_store_key_from_secret(rendered: Rendered, pod: dict[str, Any], container: dict[str, Any], secret: str) -> None:
+    """The App Store Server API key (.p8) of `fleet reconcile` / `fleet responder`: the Secret's one item mounted
+    read-only as a file, the sink's database URL from its Secret, the fleet's config file, and no key in the render."""
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    secret_volume = next(v for v in pod["volumes"] if v["name"] == "appstore-api-key")
+    assert secret_volume["secret"]["secretName"] == secret
+    assert secret_volume["secret"]["items"] == [{"key": "key.p8", "path": "key.p8"}]
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts["appstore-api-key"]["mountPath"] == "/etc/fleet/appstore-api"
+    assert mounts["appstore-api-key"]["readOnly"] is True
+    env = {e["name"]: e for e in container["env"]}
+    assert env["FLEET_DATABASE_URL"]["valueFrom"]["secretKeyRef"]["key"] == "url"
+    assert env["FLEET_CONFIG"]["value"] == "/etc/fleet/fleet.yaml"
+    assert "PRIVATE KEY" not in "\n".join(rendered.files.values())
+
+
+def assert_refused_without_api_ids(component: str, values: dict[str, Any]) -> None:
+    """A component that talks to the App Store Server API is refused without its Secret, key id or issuer id, and
+    the error names the missing value."""
+    for missing in ["existingSecret", "keyId", "issuerId"]:
+        spec = values[component]
+        with pytest.raises(Exception) as e:
+            render({component: {**spec, "api": {**spec["api"], missing: ""}}})
+        assert f"{component}.api.{missing}" in str(e.value)

@@ -4,18 +4,17 @@ kubelet's probes, runs under the fleet's security contexts and validates against
 
 from __future__ import annotations
 
-import kubernetes_validate
 import pytest
 
-from conftest import KUBE_VERSION, KUBE_VERSION_OLDEST, clean, render
+from conftest import (APP_STORE_API, KUBE_VERSION, KUBE_VERSION_OLDEST, assert_app_store_key_from_secret,
+                      assert_refused_without_api_ids, render, validates)
 
 RESPONDER = {
     "responder": {
         "enabled": True,
         "refundPreference": "decline",
         "sampleContentProvided": True,
-        "api": {"keyId": "2X9R4HXF34", "issuerId": "57246542-96fe-1a63-e053-0824d011072a",
-                "existingSecret": "appstore-api-key", "environment": "Sandbox"},
+        "api": APP_STORE_API,
     },
 }
 
@@ -26,8 +25,7 @@ def test_responder_is_off_by_default():
 
 @pytest.mark.parametrize("kube_version", [KUBE_VERSION, KUBE_VERSION_OLDEST])
 def test_responder_deployment_validates(kube_version):
-    doc = render(RESPONDER, kube_version=kube_version).one("Deployment", "responder")
-    kubernetes_validate.validate(clean(doc), kube_version, strict=True)
+    validates(RESPONDER, "Deployment", "responder", kube_version)
 
 
 def test_responder_takes_the_key_and_database_from_secrets_and_passes_the_flags():
@@ -44,30 +42,15 @@ def test_responder_takes_the_key_and_database_from_secrets_and_passes_the_flags(
                  "--refund-preference=decline", "--sample-content-provided", "--retry-interval-seconds=60",
                  "--metrics-host=0.0.0.0", "--metrics-port=9093"]:
         assert flag in args, flag
-    assert container["securityContext"]["readOnlyRootFilesystem"] is True
-    secret_volume = next(v for v in pod["volumes"] if v["name"] == "appstore-api-key")
-    assert secret_volume["secret"]["secretName"] == "appstore-api-key"
-    assert secret_volume["secret"]["items"] == [{"key": "key.p8", "path": "key.p8"}]
-    mounts = {m["name"]: m for m in container["volumeMounts"]}
-    assert mounts["appstore-api-key"]["mountPath"] == "/etc/fleet/appstore-api"
-    assert mounts["appstore-api-key"]["readOnly"] is True
-    env = {e["name"]: e for e in container["env"]}
-    assert env["FLEET_DATABASE_URL"]["valueFrom"]["secretKeyRef"]["key"] == "url"
-    assert env["FLEET_CONFIG"]["value"] == "/etc/fleet/fleet.yaml"
+    assert_app_store_key_from_secret(r, pod, container, "appstore-api-key")
     # The probes reach the operations port the process binds on every interface.
     assert container["ports"] == [{"name": "metrics", "containerPort": 9093, "protocol": "TCP"}]
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
-    text = "\n".join(r.files.values())
-    assert "PRIVATE KEY" not in text
 
 
 def test_responder_without_the_secret_or_ids_is_refused():
-    for missing in ["existingSecret", "keyId", "issuerId"]:
-        values = {"responder": {**RESPONDER["responder"], "api": {**RESPONDER["responder"]["api"], missing: ""}}}
-        with pytest.raises(Exception) as e:
-            render(values)
-        assert f"responder.api.{missing}" in str(e.value)
+    assert_refused_without_api_ids("responder", RESPONDER)
 
 
 def test_responder_values_are_schema_checked():
