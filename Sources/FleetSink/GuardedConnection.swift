@@ -131,9 +131,7 @@ public final class GuardedConnection: Sendable {
 
     /// One timer per `bounded` call that meets a closed channel; it ends that call if it is still waiting.
     private func endAfterGrace(_ id: UInt64) {
-        let c = closedGrace.components
-        let delay = TimeAmount.nanoseconds(c.seconds * 1_000_000_000 + c.attoseconds / 1_000_000_000)
-        connection.eventLoop.scheduleTask(in: delay) { [weak self] in
+        connection.eventLoop.scheduleTask(in: .nanoseconds(closedGrace.nanoseconds)) { [weak self] in
             let onLost = self?.state.withLock { $0.watchers.removeValue(forKey: id) }
             onLost?()
         }
