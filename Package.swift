@@ -231,7 +231,7 @@ let package = Package(
         .target(
             name: "FleetResponder",
             dependencies: [
-                "AppStoreServerAPI", "EntitlementDomain", "FleetKafka", "FleetSink",
+                "AppStoreServerAPI", "EntitlementDomain", "FleetKafka", "FleetOperations", "FleetSink",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

@@ -1,4 +1,5 @@
 import AppStoreVerification
+import FleetOperations
 import Foundation
 import Hummingbird
 import NIOCore
@@ -21,8 +22,7 @@ enum IngestHTTP {
     static func readBody(_ request: Request, channel: any Channel, limit: Int, timeout: Duration) async -> BodyRead {
         if let declared = request.headers[.contentLength].flatMap({ Int($0) }), declared > limit { return .tooLarge }
         let expired = ExpiredFlag()
-        let c = timeout.components
-        let timer = channel.eventLoop.scheduleTask(in: .nanoseconds(c.seconds * 1_000_000_000 + c.attoseconds / 1_000_000_000)) {
+        let timer = channel.eventLoop.scheduleTask(in: .nanoseconds(timeout.nanoseconds)) {
             expired.set()
             // The reader is parked on the socket: closing the connection ends it.
             channel.close(promise: nil)

@@ -58,14 +58,14 @@ public final class IngestService: Service, Sendable {
         handler.register(on: router)
         var quiet = logger
         quiet.logLevel = max(logger.logLevel, .notice)
-        let idle = configuration.idleTimeout.components
+        let idle = configuration.idleTimeout
         let onListening = self.onListening
         let port = configuration.port
         // The server's own loops (`eventLoopThreads`), shut down when it has stopped.
         let loops = MultiThreadedEventLoopGroup(numberOfThreads: configuration.eventLoopThreads)
         let app = Application(
             router: router,
-            server: .http1(configuration: .init(idleTimeout: .nanoseconds(idle.seconds * 1_000_000_000 + idle.attoseconds / 1_000_000_000))),
+            server: .http1(configuration: .init(idleTimeout: .nanoseconds(idle.nanoseconds))),
             // A deep accept backlog: bursts of new connections (Apple, many apps at once) wait instead of being refused.
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "fleet-ingest",
                                  backlog: max(256, configuration.maxInFlight)),

@@ -1,6 +1,7 @@
 import AppStoreServerAPI
 import EntitlementDomain
 import FleetKafka
+import FleetOperations
 import FleetSink
 import Foundation
 import Logging
@@ -121,7 +122,7 @@ public final class ConsumptionResponder: Service {
                     onDatabaseReady(false)
                     await store?.close()
                     store = nil
-                    let delay = min(configuration.initialBackoff * (1 << min(attempt - 1, 16)), configuration.maxBackoff)
+                    let delay = Backoff(initial: configuration.initialBackoff, maximum: configuration.maxBackoff).delay(afterAttempt: attempt)
                     logger.warning("database unavailable; retrying", metadata: [
                         "attempt": "\(attempt)", "delay": "\(delay)", "error": "\(SinkService.brief(error))",
                         "unclaimed": "\(pending.count)", "unrecorded": "\(unrecorded.withLock { $0.count })",

@@ -1,3 +1,4 @@
+import FleetOperations
 import Logging
 import NIOCore
 import PostgresNIO

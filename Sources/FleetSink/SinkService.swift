@@ -1,4 +1,5 @@
 import EntitlementDomain
+import FleetOperations
 import Foundation
 import Logging
 import Metrics
@@ -333,8 +334,7 @@ public final class SinkService: Service, Sendable {
     }
 
     private func backoffDelay(_ attempt: Int) -> Duration {
-        let factor = 1 << min(attempt - 1, 16)
-        return min(configuration.initialBackoff * factor, configuration.maxBackoff)
+        Backoff(initial: configuration.initialBackoff, maximum: configuration.maxBackoff).delay(afterAttempt: attempt)
     }
 
     private func sleepUnlessShuttingDown(_ delay: Duration) async throws {
@@ -461,13 +461,6 @@ struct SinkMetrics: Sendable {
 
     func rejected(_ reason: String) {
         Counter(label: "fleet_sink_rejected_total", dimensions: [("reason", reason)]).increment()
-    }
-}
-
-extension Duration {
-    var nanoseconds: Int64 {
-        let c = components
-        return c.seconds * 1_000_000_000 + c.attoseconds / 1_000_000_000
     }
 }
 

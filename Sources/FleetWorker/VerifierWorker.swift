@@ -58,6 +58,10 @@ public struct WorkerConfiguration: Sendable {
 /// Consumes raw JWS topics, verifies in parallel, produces entitlement events (or rejections) in input order per
 /// partition, and stores an input's offset only after every one of its outputs was acknowledged by the broker.
 public final class VerifierWorker: Service, Sendable {
+    /// Between attempts at a batch held for an unavailable revocation responder.
+    static let revocationBackoff = Backoff(initial: .milliseconds(250), maximum: .seconds(30))
+    /// Between attempts at delivering an output the broker refused.
+    static let deliveryBackoff = Backoff(initial: .milliseconds(100), maximum: .seconds(5))
     public let configuration: WorkerConfiguration
     public let readiness: Readiness
     public let chainCache: ChainCache
@@ -156,7 +160,7 @@ public final class VerifierWorker: Service, Sendable {
             if attempt == 1 { consumer.setHolding(true) }
             metrics.revocationRetries.increment(by: held.count)
             if attempt == configuration.revocationRetriesBeforeNotReady { readiness.set("revocation-status", false) }
-            let backoff = Duration.milliseconds(min(30_000, 250 << min(attempt - 1, 7)))
+            let backoff = Self.revocationBackoff.delay(afterAttempt: attempt)
             logger.warning("revocation status unavailable: batch held, retrying", metadata: [
                 "inputs": "\(held.count)", "attempt": "\(attempt)", "backoff": "\(backoff)",
             ])
@@ -228,8 +232,7 @@ public final class VerifierWorker: Service, Sendable {
                 let outcome = processor.process(
                     value: m.value, deviceVerificationId: device,
                     at: InputCoordinates(topic: m.topic, partition: m.partition, offset: m.offset))
-                let took = (ContinuousClock.now - began).components
-                metrics.verifyLatency.recordNanoseconds(took.seconds * 1_000_000_000 + took.attoseconds / 1_000_000_000)
+                metrics.verifyLatency.recordNanoseconds((ContinuousClock.now - began).nanoseconds)
                 // Only what emission needs is kept: the verified payloads are freed as soon as they are encoded,
                 // so a batch waiting to be emitted holds its encoded outputs, not its decoded JSON trees.
                 results.set(i, Prepared(outcome: OutcomeSummary(outcome), outputs: outputs(m, outcome)))
@@ -306,9 +309,9 @@ public final class VerifierWorker: Service, Sendable {
             case .failure(let error):
                 metrics.deliveryRetries.increment()
                 self?.stats.withLock { $0.deliveryRetries += 1 }
-                let backoff = min(5_000, 100 * (1 << min(attempt, 6)))
-                logger.warning("delivery failed; retrying", metadata: ["topic": "\(message.topic)", "error": "\(error)", "attempt": "\(attempt + 1)", "backoff-ms": "\(backoff)"])
-                DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(backoff)) { [weak self] in
+                let backoff = Self.deliveryBackoff.delay(afterAttempt: attempt + 1)
+                logger.warning("delivery failed; retrying", metadata: ["topic": "\(message.topic)", "error": "\(error)", "attempt": "\(attempt + 1)", "backoff": "\(backoff)"])
+                DispatchQueue.global().asyncAfter(deadline: .now() + .nanoseconds(Int(backoff.nanoseconds))) { [weak self] in
                     self?.send(message, attempt: attempt + 1, producer: producer, onDelivered: onDelivered)
                 }
             }
