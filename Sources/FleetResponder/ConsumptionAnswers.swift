@@ -74,20 +74,11 @@ public struct ConsumptionStore: Sendable {
         self.statementTimeout = statementTimeout
     }
 
-    public struct StatementTimedOut: Error, CustomStringConvertible {
-        public var limit: Duration
-        public var description: String { "a statement did not complete within \(limit); the connection was closed" }
-    }
+    public typealias StatementTimedOut = GuardedConnection.StatementTimedOut
 
     /// Runs `body` on the connection within the bounds above.
     private func bounded<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
-        let guarded = self.guarded
-        let limit = statementTimeout
-        let logger = self.logger
-        return try await guarded.bounded(within: limit, timedOut: StatementTimedOut(limit: limit), onTimeout: {
-            logger.error("database statement timed out; closing the connection", metadata: ["limit": "\(limit)"])
-            await guarded.close()
-        }) { try await body(guarded.connection) }
+        try await guarded.statement(within: statementTimeout, logger: logger, body)
     }
 
     /// Closes the connection.

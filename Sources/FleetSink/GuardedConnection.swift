@@ -103,6 +103,23 @@ public final class GuardedConnection: Sendable {
         return try await race.run(within: limit, timedOut: timedOut, body: body, onTimeout: onTimeout)
     }
 
+    public struct StatementTimedOut: Error, CustomStringConvertible {
+        public var limit: Duration
+        public var description: String { "a statement did not complete within \(limit); the connection was closed" }
+    }
+
+    /// `bounded` for callers that give up on the connection when a statement hangs (the responder, the App Store API
+    /// commands' lookups): past `limit` the error is logged, the connection closed and `StatementTimedOut` thrown.
+    public func statement<T: Sendable>(
+        within limit: Duration, logger: Logger, _ body: @escaping @Sendable (PostgresConnection) async throws -> T
+    ) async throws -> T {
+        let connection = self.connection
+        return try await bounded(within: limit, timedOut: StatementTimedOut(limit: limit), onTimeout: { [self] in
+            logger.error("database statement timed out; closing the connection", metadata: ["limit": "\(limit)"])
+            await close()
+        }) { try await body(connection) }
+    }
+
     private func watch(_ onLost: @escaping @Sendable () -> Void) -> UInt64 {
         let (id, register, closed) = state.withLock { s -> (UInt64, Bool, Bool) in
             let id = s.nextWatcher

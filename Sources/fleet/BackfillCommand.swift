@@ -4,7 +4,6 @@ import FleetOperations
 import FleetSink
 import Foundation
 import Logging
-import PostgresNIO
 
 /// `fleet backfill`: Transaction History v2 (every page) and All Subscription Statuses onto the raw topic.
 struct Backfill: AsyncParsableCommand {
@@ -111,22 +110,15 @@ struct Backfill: AsyncParsableCommand {
     }
 
     static func originalTransactionIds(url: String) async throws -> [String] {
-        let logger = Logger(label: "fleet.backfill")
-        let connection = try await PostgresConnection.connect(configuration: try DatabaseURL(url).connectionConfiguration(), id: 1, logger: logger)
-        var ids: [String] = []
+        let lookups = try await SinkLookups.connect(try DatabaseURL(url), logger: Logger(label: "fleet.backfill"))
         do {
-            let rows = try await connection.query(
-                """
-                SELECT DISTINCT original_transaction_id FROM transactions WHERE original_transaction_id IS NOT NULL
-                ORDER BY original_transaction_id
-                """, logger: logger)
-            for try await id in rows.decode(String.self) { ids.append(id) }
+            let ids = try await lookups.originalTransactionIds()
+            await lookups.close()
+            return ids
         } catch {
-            try? await connection.close()
+            await lookups.close()
             throw error
         }
-        try? await connection.close()
-        return ids
     }
 }
 

@@ -5,7 +5,6 @@ import FleetOperations
 import FleetSink
 import Foundation
 import Logging
-import PostgresNIO
 
 /// `fleet reconcile`: Get Notification History for a window, every `signedPayload` onto the raw topic.
 struct Reconcile: AsyncParsableCommand {
@@ -56,9 +55,9 @@ struct Reconcile: AsyncParsableCommand {
         let onlyFailures = try s.bool("only-failures", flag: self.onlyFailures)
         let dbURL = s.string("database-url", flag: databaseURL)
         let (publisher, topic) = try kafka.producer(s)
-        let known: KnownNotifications?
+        let known: SinkLookups?
         if let dbURL {
-            do { known = try await KnownNotifications(url: dbURL) } catch {
+            do { known = try await SinkLookups.connect(try DatabaseURL(dbURL), logger: Logger(label: "fleet.reconcile")) } catch {
                 await publisher.close()
                 throw ValidationError("cannot use --database-url: \(error)")
             }
@@ -76,7 +75,7 @@ struct Reconcile: AsyncParsableCommand {
                     pages += 1
                     var documents = page.notificationHistory.map(\.signedPayload)
                     if let known {
-                        let stored = try await known.stored(documents.compactMap { UnverifiedJWS.string($0, "notificationUUID") })
+                        let stored = try await known.storedNotificationUUIDs(among: documents.compactMap { UnverifiedJWS.string($0, "notificationUUID") })
                         let before = documents.count
                         documents.removeAll { UnverifiedJWS.string($0, "notificationUUID").map(stored.contains) ?? false }
                         skipped += before - documents.count
@@ -104,26 +103,4 @@ struct Reconcile: AsyncParsableCommand {
 func requireSetting(_ value: String?, _ key: String) throws -> String {
     guard let value else { throw ValidationError(FleetSettings.Error.missing(key: key).description) }
     return value
-}
-
-/// Looks up which notificationUUIDs the sink has already stored.
-final class KnownNotifications: Sendable {
-    let connection: PostgresConnection
-    let logger = Logger(label: "fleet.reconcile")
-
-    init(url: String) async throws {
-        connection = try await PostgresConnection.connect(
-            configuration: try DatabaseURL(url).connectionConfiguration(), id: 1, logger: logger)
-    }
-
-    func stored(_ uuids: [String]) async throws -> Set<String> {
-        guard !uuids.isEmpty else { return [] }
-        var found = Set<String>()
-        let rows = try await connection.query(
-            "SELECT notification_uuid FROM notifications WHERE notification_uuid = ANY(\(uuids))", logger: logger)
-        for try await uuid in rows.decode(String.self) { found.insert(uuid) }
-        return found
-    }
-
-    func close() async { try? await connection.close() }
 }

@@ -1,0 +1,53 @@
+import EntitlementDomain
+import FleetTestSupport
+import PostgresNIO
+import Testing
+
+@testable import FleetSink
+
+@Suite("The App Store API commands' lookups in the sink's database")
+struct SinkLookupsTests {
+    @Test("stored notificationUUIDs and originalTransactionIds are read back as the sink wrote them")
+    func answers() async throws {
+        let url = try await TestPostgres.shared.freshDatabase()
+        let stream = mixedStream()
+        let originals = try await withConnection(url) { (c: PostgresConnection) async throws -> Set<String> in
+            _ = try await EventApplier().apply(stream, connection: c, logger: testLogger)
+            var all = Set<String>()
+            for try await id in try await c.query("SELECT original_transaction_id FROM transactions", logger: testLogger)
+                .decode(String?.self) { if let id { all.insert(id) } }
+            return all
+        }
+        let storedUUIDs = Set(stream.compactMap(\.notification?.uuid))
+        try #require(!storedUUIDs.isEmpty && !originals.isEmpty)
+        #expect(originals.isSubset(of: Set(stream.compactMap(\.originalTransactionId))))
+        let lookups = try await SinkLookups.connect(try DatabaseURL(url), logger: testLogger)
+        let asked = Array(storedUUIDs.prefix(3)) + ["not-a-stored-uuid", "0000"]
+        #expect(try await lookups.storedNotificationUUIDs(among: asked) == Set(storedUUIDs.prefix(3)))
+        #expect(try await lookups.storedNotificationUUIDs(among: []) == [])
+        #expect(try await lookups.originalTransactionIds() == originals.sorted())
+        await lookups.close()
+    }
+
+    @Test("a lookup that the database never answers ends with StatementTimedOut and closes the connection")
+    func hungStatement() async throws {
+        let url = try await TestPostgres.shared.freshDatabase()
+        let lookups = try await SinkLookups.connect(try DatabaseURL(url), statementTimeout: .seconds(1), logger: testLogger)
+        // Another session holds the table: the lookup waits on the lock, as behind a stuck migration or a hung server.
+        try await withConnection(url) { (holder: PostgresConnection) async throws in
+            _ = try await holder.query("BEGIN", logger: testLogger)
+            _ = try await holder.query("LOCK TABLE transactions IN ACCESS EXCLUSIVE MODE", logger: testLogger)
+            let started = ContinuousClock.now
+            await #expect(throws: GuardedConnection.StatementTimedOut.self) {
+                _ = try await lookups.originalTransactionIds()
+            }
+            #expect(ContinuousClock.now - started < .seconds(10))
+            #expect(lookups.guarded.connection.isClosed || lookups.guarded.isCloseRequested)
+            _ = try await holder.query("ROLLBACK", logger: testLogger)
+        }
+        // The next call fails at once, named, instead of waiting on the closed connection.
+        let again = ContinuousClock.now
+        await #expect(throws: (any Error).self) { _ = try await lookups.storedNotificationUUIDs(among: ["x"]) }
+        #expect(ContinuousClock.now - again < .seconds(10))
+    }
+}
