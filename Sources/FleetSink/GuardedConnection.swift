@@ -84,18 +84,26 @@ public final class GuardedConnection: Sendable {
 
     public struct ConnectionLost: Error, CustomStringConvertible {
         public var grace: Duration
+        /// The channel was found closed before the call sent anything.
+        public var beforeSending = false
         public var description: String {
-            "the database connection closed and the statement in flight was not answered within \(grace)"
+            beforeSending
+                ? "the database connection was already closed; the statement was not sent"
+                : "the database connection closed and the statement in flight was not answered within \(grace)"
         }
     }
 
     /// Runs `body`, which uses this connection, until it finishes, `limit` passes (then `timedOut` is thrown and
     /// `onTimeout` runs), or the channel has been closed for `closedGrace` (then `ConnectionLost` is thrown). The body
     /// is not awaited after either: a statement PostgresNIO will never answer must not hold the caller.
+    ///
+    /// A channel already closed fails the call before `body` runs: its statement would never be answered, and the task
+    /// left waiting for it (with everything the body holds, a batch's rows say) would never end.
     public func bounded<T: Sendable>(
         within limit: Duration, timedOut: any Error, onTimeout: @escaping @Sendable () async -> Void,
         _ body: @escaping @Sendable () async throws -> T
     ) async throws -> T {
+        if connection.isClosed { throw ConnectionLost(grace: closedGrace, beforeSending: true) }
         let race = Race<T>()
         let grace = closedGrace
         let id = watch { race.finish(.failure(ConnectionLost(grace: grace))) }
