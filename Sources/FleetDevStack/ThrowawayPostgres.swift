@@ -56,6 +56,7 @@ public final class ThrowawayPostgres: Sendable {
     public let database: String
 
     private let runAsPostgresUser: Bool
+    private let choosePort: @Sendable () -> Int
     private var dataDirectory: String { directory + "/data" }
     private var logFile: String { directory + "/server.log" }
 
@@ -66,15 +67,20 @@ public final class ThrowawayPostgres: Sendable {
         "postgres://\(superuser)@\(host):\(port)/\(database)"
     }
 
-    /// Creates the cluster, starts it and creates `database`.
-    public init(database: String = "fleet", logger: Logger = Logger(label: "throwaway-postgres")) async throws {
+    /// Creates the cluster, starts it and creates `database`. `choosePort` picks each port to try (tests give it one
+    /// that is taken).
+    public init(
+        database: String = "fleet", logger: Logger = Logger(label: "throwaway-postgres"),
+        choosePort: @escaping @Sendable () -> Int = Loopback.freePort
+    ) async throws {
         self.binDirectory = try Self.findBinaries()
+        self.choosePort = choosePort
         self.runAsPostgresUser = getuid() == 0
         self.database = database
         // Below the kernel's ephemeral range, like every port the demo stack picks (`Loopback.freePort`): a port the
         // kernel hands out for bind(0) may also become the local port of an outgoing connection before PostgreSQL
         // binds it.
-        self.portBox = Mutex(try Self.freePort())
+        self.portBox = Mutex(try Self.freePort(choosePort))
         var template = Array((NSTemporaryDirectory() + "/fleet-pg-XXXXXX").utf8CString)
         let made: String? = template.withUnsafeMutableBufferPointer { buffer in
             guard let base = buffer.baseAddress, mkdtemp(base) != nil else { return nil }
@@ -101,8 +107,8 @@ public final class ThrowawayPostgres: Sendable {
         }
     }
 
-    private static func freePort() throws -> Int {
-        let port = Loopback.freePort()
+    private static func freePort(_ choosePort: () -> Int) throws -> Int {
+        let port = choosePort()
         guard port > 0 else { throw Failure.io("no free loopback port for PostgreSQL") }
         return port
     }
@@ -119,7 +125,7 @@ public final class ThrowawayPostgres: Sendable {
                 let log = serverLog()
                 let lostPort = log.contains("could not bind") || log.contains("already in use")
                 if lostPort && tries < 3 {
-                    let next = try Self.freePort()
+                    let next = try Self.freePort(choosePort)
                     portBox.withLock { $0 = next }
                     continue
                 }
