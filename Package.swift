@@ -176,13 +176,16 @@ let package = Package(
         // A small blocking HTTP/1.1 keep-alive client for `fleet ingest` (demo traffic, `fleet bench ingest`, tests).
         .target(name: "FleetIngestClient", swiftSettings: strict),
         // Development stack, never in a production module: the embedded (mock) Kafka cluster and its retention watch,
-        // the throwaway PostgreSQL, the loopback HTTP probe, the running binary's path. Used by the demo, the
-        // benchmarks, `fleet dev-kafka` and the tests.
+        // the throwaway PostgreSQL, a strict local stand-in for Apple's App Store Server API, the loopback HTTP probe,
+        // the running binary's path. Used by the demo, the chaos soak, the benchmarks, `fleet dev-kafka` and the tests.
         .target(
             name: "FleetDevStack",
             dependencies: [
-                "FleetKafka",
+                "FleetKafka", "AppStoreServerAPI", "AppStoreVerification",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -239,8 +242,7 @@ let package = Package(
             swiftSettings: strict
         ),
         // Shared by the test targets: the `fleet` binary (FLEET_EXECUTABLE) and child processes, topic readers and Kafka
-        // helpers, the per-process throwaway PostgreSQL, event generators, and a strict local stand-in for Apple's App
-        // Store Server API. Tests only.
+        // helpers, the per-process throwaway PostgreSQL, event generators. Tests only.
         .target(
             name: "FleetTestSupport",
             dependencies: [
@@ -248,9 +250,6 @@ let package = Package(
                 "FleetSink",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
-                .product(name: "Hummingbird", package: "hummingbird"),
-                .product(name: "HTTPTypes", package: "swift-http-types"),
-                .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strict
@@ -344,7 +343,7 @@ let package = Package(
             "FleetTestSupport",
         ]),
         .testTarget(name: "AppStoreServerAPITests", dependencies: [
-            "AppStoreServerAPI", "FleetTestSupport", "FleetTestPKI", "AppStoreVerification",
+            "AppStoreServerAPI", "FleetTestSupport", "FleetTestPKI", "AppStoreVerification", "FleetDevStack",
             .product(name: "Crypto", package: "swift-crypto"),
         ]),
     ],

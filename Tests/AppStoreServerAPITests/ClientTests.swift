@@ -2,6 +2,7 @@ import AppStoreVerification
 import Crypto
 import Foundation
 import FleetTestPKI
+import FleetDevStack
 import FleetTestSupport
 import Testing
 
