@@ -197,7 +197,8 @@ let package = Package(
             dependencies: [
                 "AppStoreVerification", "FleetTestPKI", "EntitlementDomain", "FleetKafka", "FleetOperations", "FleetSink",
                 "FleetIngestClient", "FleetDevStack",
-                "FleetWorker",
+                "FleetWorker", "FleetResponder",
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ],

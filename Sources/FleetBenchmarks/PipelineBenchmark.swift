@@ -45,6 +45,7 @@ public struct PipelineBenchmark: Sendable {
     public func run(logger: Logger = Logger(label: "fleet.bench.pipeline")) async throws -> Result {
         var options = DemoRunner.Options(executable: executable)
         options.quiet = true
+        options.responder = false  // the workers and the sink, as issue 16 measures them
         options.workers = workers
         options.sinkWriters = sinkWriters
         options.threadsPerWorker = max(1, ProcessInfo.processInfo.activeProcessorCount / workers)

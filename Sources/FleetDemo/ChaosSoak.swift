@@ -10,11 +10,13 @@ import Logging
 import PostgresNIO
 import Synchronization
 
-/// `fleet bench chaos`: the whole fleet (embedded 3-broker cluster, N `fleet worker` processes, `fleet sink`, a
-/// throwaway PostgreSQL reached by the sink through a `StallableProxy`) under steady demo traffic, while a seeded
-/// controller injects faults at random intervals: SIGKILL + restart of a worker or the sink, a broker down and up,
-/// a PostgreSQL restart, a stall of the sink's database connection. After the traffic and the faults, it waits until
-/// every lag is 0 and checks that nothing was lost, nothing applied twice and no offset was reset (`ChaosChecks`).
+/// `fleet bench chaos`: the whole fleet (embedded 3-broker cluster, N `fleet worker` processes, `fleet sink`,
+/// `fleet responder` answering a local App Store Server API stand-in, a throwaway PostgreSQL reached by the sink and
+/// the responder through a `StallableProxy`) under steady demo traffic, while a seeded controller injects faults at
+/// random intervals: SIGKILL + restart of a worker, the sink or the responder, a broker down and up, a PostgreSQL
+/// restart, a stall of the database connections. After the traffic and the faults, it waits until every lag is 0 and
+/// checks that nothing was lost, nothing applied twice, no offset was reset and no CONSUMPTION_REQUEST was answered
+/// twice or left unanswered without a kill to explain it (`ChaosChecks`).
 public final class ChaosSoak: @unchecked Sendable {
     // Safety: the mutable state is used by `run()`'s task and the controller task it awaits; the publisher task only
     // touches `deliveries` (a Mutex) and `publishing` (an Atomic).
@@ -54,6 +56,10 @@ public final class ChaosSoak: @unchecked Sendable {
         public var events_in_database = 0
         public var faults: [String: Int] = [:]
         public var faults_total = 0
+        /// CONSUMPTION_REQUESTs recorded by the responder, by final state (`sent`, `expired`, ...).
+        public var consumption: [String: Int] = [:]
+        /// Consumption Information requests the App Store API stand-in received.
+        public var consumption_calls = 0
         public var unexpected_exits = 0
         /// Children restarted because `/healthz` failed (a consumer stall outlasting twice its timeout).
         public var liveness_restarts = 0
@@ -68,7 +74,7 @@ public final class ChaosSoak: @unchecked Sendable {
 
     enum Fault: String, CaseIterable {
         case killWorker = "kill_worker", killSink = "kill_sink", brokerDown = "broker_down"
-        case restartPostgres = "restart_postgres", stallSink = "stall_sink_db"
+        case restartPostgres = "restart_postgres", stallSink = "stall_sink_db", killResponder = "kill_responder"
     }
 
     let options: Options
@@ -79,6 +85,9 @@ public final class ChaosSoak: @unchecked Sendable {
     var proxy: StallableProxy?
     var workers: [ChaosChild] = []
     var sink: ChaosChild?
+    var responder: ChaosChild?
+    /// The App Store Server API stand-in the responder answers.
+    var appleAPI: DemoAppStoreAPI?
     var report = Report()
     var trafficOptions = DemoTraffic.Options()
     let began = ContinuousClock.now
@@ -165,8 +174,8 @@ public final class ChaosSoak: @unchecked Sendable {
         let calmURL = try await pg.createDatabase("fleet_calm", logger: logger)
         let proxy = try StallableProxy(upstreamPort: pg.port)
         self.proxy = proxy
-        let sinkURL = "postgres://\(pg.superuser)@127.0.0.1:\(proxy.port)/\(pg.database)"
-        say("postgres   throwaway server \(pg.url) (the sink goes through a stallable proxy on port \(proxy.port)); calm reference database fleet_calm")
+        let proxiedURL = "postgres://\(pg.superuser)@127.0.0.1:\(proxy.port)/\(pg.database)"
+        say("postgres   throwaway server \(pg.url) (the sink and the responder go through a stallable proxy on port \(proxy.port)); calm reference database fleet_calm")
         for (name, url) in [("migrate", pg.url), ("migrate-calm", calmURL)] {
             let m = ChaosChild(name: name, executable: options.executable, directory: directory) { _ in ["migrate", "--database-url", url] }
             try m.start()
@@ -196,7 +205,15 @@ public final class ChaosSoak: @unchecked Sendable {
         }
         sink = ChaosChild(name: "sink", executable: options.executable, directory: directory) { port in
             ["sink", "--bootstrap-servers", bootstrap, "--group", DemoRunner.sinkGroup, "--result-topic", FleetTopics.result,
-             "--rejected-topic", FleetTopics.sinkRejected, "--database-url", sinkURL, "--metrics-port", String(port)] + common
+             "--rejected-topic", FleetTopics.sinkRejected, "--database-url", proxiedURL, "--metrics-port", String(port)] + common
+        }
+        let api = try await DemoAppStoreAPI.start(directory: directory, bundleId: t.bundleId, environment: t.environment.rawValue)
+        api.know(traffic)
+        appleAPI = api
+        responder = ChaosChild(name: "responder", executable: options.executable, directory: directory) { port in
+            ["responder", "--bootstrap-servers", bootstrap, "--group", DemoRunner.responderGroup, "--result-topic", FleetTopics.result,
+             "--database-url", proxiedURL, "--metrics-port", String(port), "--retry-interval-seconds", "1",
+             "--kafka-property", "session.timeout.ms=6000", "--kafka-property", "fetch.wait.max.ms=10"] + api.responderArguments
         }
         for child in allChildren { try child.start() }
         let deadline = ContinuousClock.now + .seconds(120)
@@ -207,11 +224,11 @@ public final class ChaosSoak: @unchecked Sendable {
                 try await Task.sleep(for: .milliseconds(200))
             }
         }
-        say("processes  \(options.workers) workers + 1 sink ready (logs: \(directory)/<name>.<incarnation>.log)")
+        say("processes  \(options.workers) workers + 1 sink + 1 responder ready (App Store Server API stand-in at \(api.standIn.baseURL); logs: \(directory)/<name>.<incarnation>.log)")
         return (traffic, pki)
     }
 
-    var allChildren: [ChaosChild] { workers + (sink.map { [$0] } ?? []) }
+    var allChildren: [ChaosChild] { workers + [sink, responder].compactMap { $0 } }
 
     private var signalSources: [any DispatchSourceSignal] = []
 
@@ -235,6 +252,8 @@ public final class ChaosSoak: @unchecked Sendable {
     private func stop() async {
         for child in allChildren { await child.stop() }
         proxy?.shutdown()
+        await appleAPI?.standIn.stop()
+        appleAPI = nil
         postgres?.destroy()
         postgres = nil
         cluster?.shutdown()
@@ -266,7 +285,7 @@ public final class ChaosSoak: @unchecked Sendable {
         if drained {
             let s = ((ContinuousClock.now - healed).seconds * 10).rounded() / 10
             report.seconds_to_lag_zero = s
-            say("check      PASS  lag 0: workers and sink at lag 0, \(s) s after the last fault")
+            say("check      PASS  lag 0: workers, sink and responder at lag 0, \(s) s after the last fault")
         } else {
             say("check      FAIL  lag 0: not reached within \(options.drainTimeout)")
         }
@@ -277,9 +296,9 @@ public final class ChaosSoak: @unchecked Sendable {
         report.faults_total += 1
         let at = clock
         switch fault {
-        case .killWorker, .killSink:
+        case .killWorker, .killSink, .killResponder:
             let pickedWorker = workers[rng.pick(workers.count)]
-            guard let child = fault == .killSink ? sink : Optional(pickedWorker) else { return }
+            guard let child = fault == .killSink ? sink : fault == .killResponder ? responder : Optional(pickedWorker) else { return }
             let pid = child.pid
             await child.kill9()
             let down = rng.uniform(0.5...3)
@@ -307,7 +326,7 @@ public final class ChaosSoak: @unchecked Sendable {
             try await Task.sleep(for: .milliseconds(Int(stall * 1000)))
             let held = proxy.openConnections
             proxy.resume()
-            say("fault      \(at)  sink's database connection stalled for \(String(format: "%.1f", stall)) s (\(held) connection(s) held through the proxy)")
+            say("fault      \(at)  database connections (sink, responder) stalled for \(String(format: "%.1f", stall)) s (\(held) connection(s) held through the proxy)")
         }
     }
 
@@ -379,8 +398,8 @@ public final class ChaosSoak: @unchecked Sendable {
         throw DemoError("the workers and the sink made no room on the topics in 300 s")
     }
 
-    /// Every input consumed by the workers and every event written by the sink (it commits a batch's offsets only
-    /// after its database transaction), seen twice in a row one second apart.
+    /// Every input consumed by the workers, every event written by the sink (it commits a batch's offsets only after
+    /// its database transaction) and read by the responder, seen twice in a row one second apart.
     private func drain(cluster: EmbeddedKafkaCluster) async -> Bool {
         let admin = KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers, clientId: "fleet-chaos-drain"))
         let deadline = ContinuousClock.now + options.drainTimeout
@@ -390,13 +409,15 @@ public final class ChaosSoak: @unchecked Sendable {
             try? await restartUnexpectedExits()
             let raw = (try? await admin.consumerLag(groupId: DemoRunner.workerGroup, topics: [FleetTopics.raw])) ?? []
             let result = (try? await admin.consumerLag(groupId: DemoRunner.sinkGroup, topics: [FleetTopics.result])) ?? []
+            let answered = (try? await admin.consumerLag(groupId: DemoRunner.responderGroup, topics: [FleetTopics.result])) ?? []
             let rawDone = !raw.isEmpty && raw.totalLag == 0 && raw.reduce(0, { $0 + $1.highWatermark }) >= Int64(report.delivered)
             let resultDone = !result.isEmpty && result.totalLag == 0 && result.reduce(0, { $0 + $1.highWatermark }) > 0
-            zeroes = rawDone && resultDone ? zeroes + 1 : 0
+            let responderDone = !answered.isEmpty && answered.totalLag == 0
+            zeroes = rawDone && resultDone && responderDone ? zeroes + 1 : 0
             if zeroes >= 2 { return true }
             if ContinuousClock.now - lastNote > .seconds(15) {
                 lastNote = .now
-                say("drain      \(clock)  worker lag \(raw.isEmpty ? "?" : String(raw.totalLag)), sink lag \(result.isEmpty ? "?" : String(result.totalLag))")
+                say("drain      \(clock)  worker lag \(raw.isEmpty ? "?" : String(raw.totalLag)), sink lag \(result.isEmpty ? "?" : String(result.totalLag)), responder lag \(answered.isEmpty ? "?" : String(answered.totalLag))")
             }
             try? await Task.sleep(for: .seconds(1))
         }

@@ -10,8 +10,9 @@ import Logging
 import PostgresNIO
 
 /// Runs the whole fleet on embedded defaults, as separate processes like in production: librdkafka's mock cluster
-/// (3 brokers) hosted here, a throwaway PostgreSQL, N `fleet worker` processes and one `fleet sink`; then publishes
-/// demo traffic at a steady rate and reports what happened.
+/// (3 brokers) hosted here, a throwaway PostgreSQL, `fleet ingest`, N `fleet worker` processes, one `fleet sink` and
+/// `fleet responder` (against a local stand-in for Apple's App Store Server API, hosted here too); then sends demo
+/// traffic through the front door at a steady rate and reports what happened.
 public final class DemoRunner: @unchecked Sendable {
     // Safety: mutable state is touched only from the single task that calls `run()`; children are stopped there too.
 
@@ -33,6 +34,9 @@ public final class DemoRunner: @unchecked Sendable {
         /// No live display (benchmarks); the summary is still returned.
         public var quiet = false
         public var drainTimeout: Duration = .seconds(120)
+        /// Run `fleet responder` against a local App Store Server API stand-in (off in `bench pipeline`, which measures
+        /// the workers and the sink alone).
+        public var responder = true
         public init(executable: String) { self.executable = executable }
     }
 
@@ -49,10 +53,16 @@ public final class DemoRunner: @unchecked Sendable {
         public var staleEvents = 0
         /// End-to-end latencies (published -> row in PostgreSQL), milliseconds, sampled per event.
         public var latencyMillis: [Double] = []
+        /// `consumption_answers` rows by state (CONSUMPTION_REQUESTs the responder recorded).
+        public var consumptionByState: [String: Int] = [:]
+        /// Consumption Information requests the App Store API stand-in received, and for how many transactions.
+        public var consumptionCalls = 0
+        public var consumptionTransactionsCalled = 0
     }
 
     public static let workerGroup = "fleet-verifiers"
     public static let sinkGroup = "fleet-sink"
+    public static let responderGroup = "fleet-responder"
 
     let options: Options
     let logger: Logger
@@ -128,6 +138,9 @@ public final class DemoRunner: @unchecked Sendable {
             "--database-url", pg.url, "--metrics-port", String(sinkPort), "--shutdown-deadline-seconds", "10",
             "--writers", String(options.sinkWriters),
         ] + Self.mockFetchProperties)
+        if options.responder {
+            try await spawnResponder(bootstrap: cluster.bootstrapServers, databaseURL: pg.url)
+        }
         if options.keepRunning {  // `fleet dashboard` on the result and rejected topics, live from the start
             let port = Loopback.freePort()
             dashboardPort = port
@@ -136,7 +149,7 @@ public final class DemoRunner: @unchecked Sendable {
                 "--rejected-topic", FleetTopics.rejected, "--port", String(port),
             ])
         }
-        say("processes  fleet ingest (HTTP :\(ingestPort)) + \(options.workers) verifier worker(s) + 1 sink (\(options.sinkWriters) writer(s)), logs in \(directory)/*.log; waiting for readiness...")
+        say("processes  fleet ingest (HTTP :\(ingestPort)) + \(options.workers) verifier worker(s) + 1 sink (\(options.sinkWriters) writer(s))\(options.responder ? " + 1 responder (App Store Server API stand-in at \(appleAPI?.standIn.baseURL ?? "?"))" : ""), logs in \(directory)/*.log; waiting for readiness...")
         try await waitReady(timeout: .seconds(90))
         say("ready      all processes report /readyz 200")
     }
@@ -144,6 +157,20 @@ public final class DemoRunner: @unchecked Sendable {
     public private(set) var pki: TestPKI?
     var dashboardPort: Int?
     var ingestPort = 0
+    /// The local stand-in for Apple's App Store Server API that `fleet responder` answers.
+    var appleAPI: DemoAppStoreAPI?
+
+    /// `fleet responder`, answering the local App Store Server API stand-in.
+    private func spawnResponder(bootstrap: String, databaseURL: String) async throws {
+        let api = try await DemoAppStoreAPI.start(
+            directory: directory, bundleId: options.traffic.bundleId, environment: options.traffic.environment.rawValue)
+        appleAPI = api
+        let port = Loopback.freePort()
+        try spawn("responder", port: port, [
+            "responder", "--bootstrap-servers", bootstrap, "--group", Self.responderGroup, "--result-topic", FleetTopics.result,
+            "--database-url", databaseURL, "--metrics-port", String(port), "--retry-interval-seconds", "1",
+        ] + api.responderArguments + Self.mockFetchProperties)
+    }
 
     /// librdkafka 2.0.2's mock broker answers an empty fetch only after the full `fetch.wait.max.ms` (500 ms by
     /// default), even when data arrives meanwhile (a real broker answers as soon as data is there). Every hop of the
@@ -168,6 +195,8 @@ public final class DemoRunner: @unchecked Sendable {
             if c.process.isRunning { kill(c.process.processIdentifier, SIGKILL) }
         }
         children.removeAll()
+        await appleAPI?.standIn.stop()
+        appleAPI = nil
         postgres?.destroy()
         postgres = nil
         cluster?.shutdown()
@@ -190,6 +219,7 @@ public final class DemoRunner: @unchecked Sendable {
             guard let cluster, let pki, let pg = postgres else { throw DemoError("stack did not start") }
             say("traffic    generating \(options.traffic.subscribers) subscribers over \(options.traffic.months) months, \(options.traffic.ticketBuyers) ticket buyers...")
             let traffic = try DemoTraffic(pki: pki, options: options.traffic)
+            appleAPI?.know(traffic)
             say("traffic    \(traffic.items.count) inputs (\(traffic.items.filter { $0.expectation != "valid" && $0.expectation != "replay" }.count) bad, \(traffic.items.filter { $0.expectation == "replay" }.count) replays); publishing at \(options.ratePerSecond)/s")
             let db = try await connect(pg.url)
             defer { Task { try? await db.close() } }
@@ -198,8 +228,10 @@ public final class DemoRunner: @unchecked Sendable {
             summary.publishSeconds = (ContinuousClock.now - publishStart).seconds
             summary.published = traffic.items.count
             try await drain(expectedInputs: traffic.items.count, cluster: cluster, db: db)
+            if options.responder { try await settleConsumption(cluster: cluster, db: db) }
             if !options.quiet { print("") }
             try await collect(into: &summary, cluster: cluster, db: db)
+            if options.responder { try checkConsumption(summary) }
             summary.totalSeconds = (ContinuousClock.now - began).seconds
             printSummary(summary)
             if options.keepRunning {
@@ -262,6 +294,28 @@ public final class DemoRunner: @unchecked Sendable {
         throw DemoError("the pipeline did not drain within \(options.drainTimeout); see the logs in \(directory)")
     }
 
+    /// Waits until the responder has read the whole result topic and settled every CONSUMPTION_REQUEST it recorded
+    /// (answered, expired or failed: none pending or in flight).
+    private func settleConsumption(cluster: EmbeddedKafkaCluster, db: PostgresConnection) async throws {
+        let deadline = ContinuousClock.now + .seconds(60)
+        let admin = KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers, clientId: "fleet-demo-admin"))
+        while ContinuousClock.now < deadline {
+            let lag = (try? await admin.consumerLag(groupId: Self.responderGroup, topics: [FleetTopics.result])) ?? []
+            let open = try await count(db, "SELECT count(*) FROM consumption_answers WHERE state IN ('pending', 'sending')")
+            if !lag.isEmpty && lag.totalLag == 0 && open == 0 { return }
+            try await Task.sleep(for: .milliseconds(250))
+        }
+        throw DemoError("the responder did not settle every CONSUMPTION_REQUEST within 60 s; see \(directory)/responder.log")
+    }
+
+    /// Every request the responder recorded as answered reached the App Store API exactly once, and nothing else did.
+    private func checkConsumption(_ s: Summary) throws {
+        let sent = s.consumptionByState["sent", default: 0]
+        guard s.consumptionCalls == sent, s.consumptionTransactionsCalled == sent else {
+            throw DemoError("consumption answers disagree: \(sent) recorded as sent, \(s.consumptionCalls) received by the App Store API stand-in for \(s.consumptionTransactionsCalled) transaction(s); see \(directory)/responder.log")
+        }
+    }
+
     private func display(published: Int, total: Int, cluster: EmbeddedKafkaCluster, db: PostgresConnection) async {
         guard !options.quiet else { return }
         let admin = KafkaAdmin(configuration: KafkaConfiguration(bootstrapServers: cluster.bootstrapServers, clientId: "fleet-demo-admin"))
@@ -312,6 +366,15 @@ public final class DemoRunner: @unchecked Sendable {
             let (product, balance) = try row.decode((String?, Double).self)
             s.ticketBalances[product ?? "?"] = balance
         }
+        if options.responder {
+            for try await row in try await db.query("SELECT state, count(*)::bigint FROM consumption_answers GROUP BY state", logger: logger) {
+                let (state, n) = try row.decode((String, Int64).self)
+                s.consumptionByState[state] = Int(n)
+            }
+            let calls = appleAPI?.standIn.consumptionCalls ?? []
+            s.consumptionCalls = calls.count
+            s.consumptionTransactionsCalled = Set(calls.map(\.transactionId)).count
+        }
     }
 
     private func printSummary(_ s: Summary) {
@@ -334,6 +397,10 @@ public final class DemoRunner: @unchecked Sendable {
         for (name, n) in s.activeByEntitlement.sorted(by: { $0.key < $1.key }) { print("  \(pad(name, 28)) \(n) subjects") }
         print("ticket balances (consumable ledger: credited once per transaction, refunds debited)")
         for (product, b) in s.ticketBalances.sorted(by: { $0.key < $1.key }) { print("  \(pad(product, 28)) \(Int(b)) units") }
+        if options.responder {
+            let requests = s.consumptionByState.values.reduce(0, +)
+            print("consumption    \(requests) CONSUMPTION_REQUESTs recorded by fleet responder: \(s.consumptionByState["sent", default: 0]) answered once (Send Consumption Information, received by the App Store API stand-in: \(s.consumptionCalls)), \(s.consumptionByState["expired", default: 0]) expired (older than Apple's 12-hour window), \(s.consumptionByState["failed", default: 0]) refused")
+        }
         print("total time     \(String(format: "%.1f", s.totalSeconds)) s")
     }
 
@@ -349,6 +416,8 @@ public final class DemoRunner: @unchecked Sendable {
           SELECT kind, effect, count(*) FROM entitlement_events GROUP BY 1, 2 ORDER BY 3 DESC;
           SELECT subject, entitlement, valid_until FROM entitlements_current WHERE entitled_now ORDER BY valid_until DESC LIMIT 10;
           SELECT subject, product_id, balance FROM consumable_balances ORDER BY balance DESC LIMIT 10;
+          SELECT state, transaction_id, deadline_at, response_status FROM consumption_answers ORDER BY requested_at DESC;
+        App Store API stand-in:   \(appleAPI?.standIn.baseURL ?? "-") (what fleet responder answers)
         Stop with Ctrl-C (SIGINT) or SIGTERM: every process stops cleanly.
         """)
         fflush(nil)

@@ -48,14 +48,28 @@ public struct DemoTraffic: Sendable {
 
     public let items: [Item]
 
+    /// A transaction as the App Store keeps it: what its Server API answers about (a consumption request's answer is
+    /// refused with 404 for a transaction it does not know).
+    public struct StoredTransaction: Sendable {
+        public var transactionId: String
+        public var originalTransactionId: String
+        public var signedTransaction: String
+    }
+
+    /// Every purchase the apps sent as a signed transaction, in the order they were made.
+    public let storedTransactions: [StoredTransaction]
+
     public init(pki: TestPKI, options o: Options = Options()) throws {
         var g = Generator(pki: pki, forged: try TestPKI.forged(), o: o)
         g.receiptPKI = try TestReceiptPKI(under: pki)
         g.run()
         items = g.items
+        storedTransactions = g.stored
     }
 }
 
+private let minute: Int64 = 60_000
+private let hour: Int64 = 3_600_000
 private let day: Int64 = 86_400_000
 private let month: Int64 = 30 * day
 
@@ -87,6 +101,7 @@ private struct Generator {
     let o: DemoTraffic.Options
     var rng: Rng
     var items: [DemoTraffic.Item] = []
+    var stored: [DemoTraffic.StoredTransaction] = []
     var lastNotification = ""
     var nextTransaction: UInt64 = 2_000_000_100_000_000
 
@@ -146,6 +161,9 @@ private struct Generator {
     mutating func client(_ payload: JSONValue, signed: Int64, key: String, replays: Int = 0) {
         let jws = pki.sign(payload)
         items.append(.init(value: Array(jws.utf8), key: key, expectation: "valid", deliverAt: signed))
+        if let id = payload["transactionId"]?.stringValue, let original = payload["originalTransactionId"]?.stringValue {
+            stored.append(.init(transactionId: id, originalTransactionId: original, signedTransaction: jws))
+        }
         for r in 0..<replays {
             items.append(.init(value: Array(jws.utf8), key: key, expectation: "replay", deliverAt: signed + Int64(r + 1) * 60_000))
         }
@@ -160,6 +178,7 @@ private struct Generator {
             subscriberLife(product: products[Int(rng.next() % UInt64(products.count))])
         }
         for _ in 0..<o.ticketBuyers { ticketBuyer() }
+        for _ in 0..<max(1, o.ticketBuyers / 20) { recentRefundRequest() }
         for _ in 0..<max(1, o.subscribers / 20) { lifetimeBuyer() }
         // Operational notifications.
         notify(.test, txn: nil, renewal: nil, signed: o.end - day, key: "test")
@@ -341,6 +360,19 @@ private struct Generator {
                 notify(.refund, txn: refunded, renewal: nil, signed: at + 4 * day + 1000, key: id)
             }
         }
+    }
+
+    /// A ticket pack bought a few hours ago whose buyer has just asked Apple for a refund: the CONSUMPTION_REQUEST
+    /// arrives inside Apple's 12-hour answer window, so `fleet responder` answers it (the ticket buyers' older requests
+    /// above are past it and expire unanswered, as they would after an outage that long).
+    mutating func recentRefundRequest() {
+        let token = rng.uuid()
+        let id = newTransactionId()
+        let at = o.end - rng.int(2 * hour..<8 * hour)
+        let payload = txn("com.example.tickets.10", id: id, original: id, purchase: at, expires: nil, signed: at + 300,
+                          type: .consumable, token: token)
+        client(payload, signed: at + 300, key: id)
+        notify(.consumptionRequest, txn: payload, renewal: nil, signed: at + rng.int(30 * minute..<90 * minute), key: id)
     }
 
     /// A one-entry consumable app receipt for a purchase, in Apple's verifyReceipt request body.

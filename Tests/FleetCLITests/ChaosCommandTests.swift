@@ -8,9 +8,9 @@ import Testing
 struct ChaosCommandTests {
     static let checks = [
         "delivered", "lag_zero", "verified_exactly_once", "rejected_at_least_once", "tables_equal_calm_run",
-        "consumables_credited_once", "sink_rejected_nothing", "no_offset_reset",
+        "consumables_credited_once", "consumption_answered_once", "sink_rejected_nothing", "no_offset_reset",
     ]
-    static let faults = ["kill_worker", "kill_sink", "broker_down", "restart_postgres", "stall_sink_db"]
+    static let faults = ["kill_worker", "kill_sink", "broker_down", "restart_postgres", "stall_sink_db", "kill_responder"]
 
     /// `make test` runs it after every other test, alone (FLEET_CHAOS_TEST=1), so that the whole suite's load on two
     /// cores does not stretch its timing; `make chaos-short` runs just this.
@@ -38,6 +38,8 @@ struct ChaosCommandTests {
         #expect((report["expected_verified_inputs"]?.int64Value ?? 0) > 500)
         #expect((report["expected_rejected_inputs"]?.int64Value ?? 0) > 10)
         #expect(report["events_in_database"]?.int64Value == report["expected_events"]?.int64Value)
+        // The responder answered the recent CONSUMPTION_REQUESTs through the faults.
+        #expect((report["consumption"]?["sent"]?.int64Value ?? 0) >= 1, "\(context)")
     }
 
     @Test func badFlagsGetAClearError() async throws {

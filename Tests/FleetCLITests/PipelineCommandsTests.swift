@@ -55,6 +55,11 @@ struct PipelineCommandsTests {
         #expect(run.stdout.contains("SUBSCRIPTION_STARTED"))
         #expect(run.stdout.contains("active entitlements now"))
         #expect(run.stdout.contains("ticket balances"))
+        // The responder answered the recent CONSUMPTION_REQUEST (the older ones are past Apple's window), once, and
+        // the App Store API stand-in received exactly what it recorded as sent (the demo fails otherwise).
+        let consumption = try #require(run.stdout.split(separator: "\n").first { $0.hasPrefix("consumption") }, "\(run.stdout)")
+        #expect(consumption.contains(" 1 answered once") && consumption.contains("stand-in: 1)"), "\(consumption)")
+        #expect(consumption.contains("0 refused"), "\(consumption)")
         #expect(run.stdout.contains("stopped"))
     }
 

@@ -42,10 +42,14 @@ import Testing
             mapper: EntitlementMapper(catalogue: try ProductCatalogue.parse(DemoTraffic.catalogueYAML)))
         var verified = 0, rejected = 0
         var reasons: Set<String> = []
+        var answerable: [String] = []
         for (i, item) in traffic.items.enumerated() {
             let at = InputCoordinates(topic: FleetTopics.raw, partition: 0, offset: Int64(i))
             switch processor.process(value: item.value, deviceVerificationId: nil, at: at) {
             case .events(let events, _):
+                for e in events where e.notification?.type == "CONSUMPTION_REQUEST" && e.notification!.signedDate > o.end - 12 * 3_600_000 {
+                    answerable.append(e.transactionId ?? "")
+                }
                 #expect(item.expectation == "valid" || item.expectation == "replay", "input #\(i) verified, generator meant \(item.expectation)")
                 #expect(!events.isEmpty || item.expectation == "replay", "input #\(i) verified to no event")
                 verified += 1
@@ -59,6 +63,11 @@ import Testing
         }
         #expect(verified > rejected, "mostly valid traffic")
         #expect(rejected > 0 && reasons.count >= 2, "the bad share covers several reasons: \(reasons)")
+        // The responder has work in the demo: CONSUMPTION_REQUESTs inside Apple's 12-hour window, about purchases the
+        // App Store knows (the stand-in answers 404 for any other transaction).
+        let known = Set(traffic.storedTransactions.map(\.transactionId))
+        #expect(!answerable.isEmpty)
+        #expect(answerable.allSatisfy { known.contains($0) }, "\(answerable)")
     }
 
     @Test func catalogueParsesAndCoversEveryProductType() throws {
