@@ -1,6 +1,7 @@
 import EntitlementDomain
 import FleetTestSupport
 import PostgresNIO
+import Synchronization
 import Testing
 
 @testable import FleetSink
@@ -49,5 +50,32 @@ struct SinkLookupsTests {
         let again = ContinuousClock.now
         await #expect(throws: (any Error).self) { _ = try await lookups.storedNotificationUUIDs(among: ["x"]) }
         #expect(ContinuousClock.now - again < .seconds(10))
+    }
+
+    @Test("a statement abandoned at its time limit ends once the connection is closed: nothing is left waiting")
+    func abandonedStatementEnds() async throws {
+        let url = try await TestPostgres.shared.freshDatabase()
+        let guarded = try await GuardedConnection.connect(
+            try DatabaseURL(url).connectionConfiguration(), id: 1, within: .seconds(10), logger: testLogger)
+        let ended = Mutex<(any Error)?>(nil)
+        try await withConnection(url) { (holder: PostgresConnection) async throws in
+            _ = try await holder.query("BEGIN", logger: testLogger)
+            _ = try await holder.query("LOCK TABLE notifications IN ACCESS EXCLUSIVE MODE", logger: testLogger)
+            await #expect(throws: GuardedConnection.StatementTimedOut.self) {
+                try await guarded.statement(within: .milliseconds(500), logger: testLogger) { c in
+                    do {
+                        return try await scalar(c, "SELECT count(*) FROM notifications", as: Int64.self)
+                    } catch {
+                        ended.withLock { $0 = error }
+                        throw error
+                    }
+                }
+            }
+            // The abandoned body got PostgresNIO's own error when the time-out closed the connection.
+            let deadline = ContinuousClock.now + .seconds(10)
+            while ended.withLock({ $0 == nil }) && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(50)) }
+            #expect(ended.withLock { $0 != nil }, "the abandoned statement is still waiting")
+            _ = try await holder.query("ROLLBACK", logger: testLogger)
+        }
     }
 }
