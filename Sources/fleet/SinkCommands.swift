@@ -40,27 +40,33 @@ struct Migrate: AsyncParsableCommand {
     @Option(help: "postgres://user[:password]@host[:port]/database[?sslmode=disable|prefer|require] (env FLEET_DATABASE_URL)")
     var databaseURL: String?
 
+    @Option(help: "Seconds to wait for the database to accept the connection (default 30). The migrations themselves are not bounded: an index build on a large table takes what it takes.")
+    var connectTimeoutSeconds: Int = 30
+
     func run() async throws {
         guard let raw = databaseURL ?? fleetEnvironment("DATABASE_URL") else {
             throw ValidationError("--database-url (or FLEET_DATABASE_URL) is required")
         }
+        guard connectTimeoutSeconds > 0 else { throw ValidationError("--connect-timeout-seconds must be positive") }
         let url = try DatabaseURL(raw)
         let logger = sinkLogger("fleet.migrate")
-        let connection: PostgresConnection
+        let guarded: GuardedConnection
         do {
-            connection = try await PostgresConnection.connect(configuration: try url.connectionConfiguration(), id: 1, logger: logger)
+            guarded = try await GuardedConnection.connect(
+                try url.connectionConfiguration(), id: 1, within: .seconds(connectTimeoutSeconds), logger: logger)
         } catch {
             throw ValidationFailure(description: "cannot connect to \(url.describe(error))")
         }
+        let connection = guarded.connection
         do {
             let applied = try await SinkSchema.migrate(connection: connection, logger: logger)
             let version = try await SinkSchema.currentVersion(connection: connection, logger: logger) ?? 0
-            try await connection.close()
+            await guarded.close()
             print(applied.isEmpty
                   ? "schema up to date at version \(version) (\(url))"
                   : "applied migrations \(applied.map(String.init).joined(separator: ", ")); schema at version \(version) (\(url))")
         } catch {
-            try? await connection.close()
+            await guarded.close()
             throw error
         }
     }
