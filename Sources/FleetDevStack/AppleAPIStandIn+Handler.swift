@@ -73,6 +73,7 @@ extension AppleAPIStandIn {
     private func route(method: String, path: String, query: String, body: String) -> (Int, [(String, String)], Data?) {
         // Injected faults first.
         let fault: Int? = state.withLock { s in
+            if let until = s.downUntil, ContinuousClock.now < until { return s.downStatus }
             guard let i = s.failNext.firstIndex(where: { path.hasPrefix($0.pathPrefix) }) else { return nil }
             return s.failNext.remove(at: i).status
         }

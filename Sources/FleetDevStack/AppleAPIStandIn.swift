@@ -67,6 +67,9 @@ public final class AppleAPIStandIn: Sendable {
         var refunds: [String: [String]] = [:]
         var historyPageSize = 20
         var failNext: [(status: Int, pathPrefix: String)] = []
+        /// Every request is answered with this status until then (an outage).
+        var downUntil: ContinuousClock.Instant?
+        var downStatus = 503
         var requests: [RecordedRequest] = []
         var consumption: [ConsumptionCall] = []
         var testNotifications: [String: String] = [:]
@@ -162,6 +165,14 @@ public final class AppleAPIStandIn: Sendable {
     /// The next `count` requests whose path starts with `pathPrefix` get `status` (e.g. 503).
     public func failNext(_ count: Int, status: Int, pathPrefix: String = "/") {
         state.withLock { s in s.failNext += Array(repeating: (status, pathPrefix), count: count) }
+    }
+
+    /// Every request is answered with `status` (503: Apple's "try again later") for the next `duration`.
+    public func down(for duration: Duration, status: Int = 503) {
+        state.withLock { s in
+            s.downUntil = ContinuousClock.now + duration
+            s.downStatus = status
+        }
     }
 
     /// The next `count` requests are answered only after `duration`.

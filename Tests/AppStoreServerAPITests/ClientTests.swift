@@ -186,6 +186,27 @@ enum API {
         #expect(server.requests.map(\.status) == [503, 503, 200, 500, 500, 500, 500])
     }
 
+    @Test func anOutageOfTheStandInRefusesEverythingUntilItEnds() async throws {
+        let key = P256.Signing.PrivateKey()
+        let server = try await API.standIn(key)
+        let h = StandInFixtures.subscriptionHistory(pki: API.pki, count: 2)
+        server.addHistory(originalTransactionId: h.originalTransactionId, transactionIds: h.transactionIds, signedTransactions: h.signedTransactions)
+        server.down(for: .seconds(30))
+        let client = API.client(key, server)
+        do {
+            _ = try await client.transactionInfo(transactionId: h.transactionIds[0])
+            Issue.record("answered during the outage")
+        } catch {
+            guard case .retriesExhausted(_, let last, _) = error else { Issue.record("\(error)"); return }
+            #expect(last.contains("503"))
+        }
+        #expect(!server.requests.isEmpty && server.requests.allSatisfy { $0.status == 503 })
+        server.down(for: .zero)
+        let info = try await client.transactionInfo(transactionId: h.transactionIds[0])
+        #expect(info.signedTransactionInfo == h.signedTransactions[0])
+        await server.stop()
+    }
+
     @Test func notFoundIsATypedErrorWithApplesCodeAndNotRetried() async throws {
         let key = P256.Signing.PrivateKey()
         let server = try await API.standIn(key)
