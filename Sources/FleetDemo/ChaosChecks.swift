@@ -163,7 +163,10 @@ struct ChaosChecks {
             responderKills: soak.report.faults[ChaosSoak.Fault.killResponder.rawValue, default: 0])
         soak.report.consumption = verdict.byState
         soak.report.consumption_calls = calls.values.reduce(0, +)
-        check("consumption_answered_once", verdict.passed, verdict.detail)
+        soak.report.consumption_refusals = (soak.appleAPI?.standIn.requests ?? [])
+            .filter { $0.path.hasPrefix("/inApps/v2/transactions/consumption/") && ($0.status >= 500 || $0.status == 429) }.count
+        check("consumption_answered_once", verdict.passed,
+              verdict.detail + " (\(soak.report.consumption_refusals) refused by the stand-in's injected outages and answered again)")
     }
 
     struct Dump: Equatable { var rows: [String] }

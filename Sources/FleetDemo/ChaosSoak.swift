@@ -14,7 +14,7 @@ import Synchronization
 /// `fleet responder` answering a local App Store Server API stand-in, a throwaway PostgreSQL reached by the sink and
 /// the responder through a `StallableProxy`) under steady demo traffic, while a seeded controller injects faults at
 /// random intervals: SIGKILL + restart of a worker, the sink or the responder, a broker down and up, a PostgreSQL
-/// restart, a stall of the database connections. After the traffic and the faults, it waits until every lag is 0 and
+/// restart, a stall of the database connections, the App Store Server API answering 503 for a few seconds. After the traffic and the faults, it waits until every lag is 0 and
 /// checks that nothing was lost, nothing applied twice, no offset was reset and no CONSUMPTION_REQUEST was answered
 /// twice or left unanswered without a kill to explain it (`ChaosChecks`).
 public final class ChaosSoak: @unchecked Sendable {
@@ -60,6 +60,8 @@ public final class ChaosSoak: @unchecked Sendable {
         public var consumption: [String: Int] = [:]
         /// Consumption Information requests the App Store API stand-in received.
         public var consumption_calls = 0
+        /// Consumption Information requests the stand-in refused (503 or 429, injected): each was answered again later.
+        public var consumption_refusals = 0
         public var unexpected_exits = 0
         /// Children restarted because `/healthz` failed (a consumer stall outlasting twice its timeout).
         public var liveness_restarts = 0
@@ -75,6 +77,7 @@ public final class ChaosSoak: @unchecked Sendable {
     enum Fault: String, CaseIterable {
         case killWorker = "kill_worker", killSink = "kill_sink", brokerDown = "broker_down"
         case restartPostgres = "restart_postgres", stallSink = "stall_sink_db", killResponder = "kill_responder"
+        case appStoreAPIDown = "api_down"
     }
 
     let options: Options
@@ -267,6 +270,8 @@ public final class ChaosSoak: @unchecked Sendable {
         let window = Duration.milliseconds(Int(options.minutes * 60_000))
         say("chaos      traffic and faults for \(options.minutes) min (a fault every \(options.faultGap.lowerBound)-\(options.faultGap.upperBound) s, seed \(options.seed))")
         let soakStart = ContinuousClock.now
+        // The first two answers are refused (503), so the responder's retry path runs in every soak.
+        appleAPI?.standIn.failNext(2, status: 503, pathPrefix: "/inApps/v2/transactions/consumption/")
         let publisher = Task { try await self.publish(traffic, bootstrap: cluster.bootstrapServers, over: window) }
         var round: [Fault] = []
         while ContinuousClock.now - soakStart < window || publishing.load(ordering: .acquiring) {
@@ -319,6 +324,12 @@ public final class ChaosSoak: @unchecked Sendable {
             try await Task.sleep(for: .milliseconds(Int(down * 1000)))
             try await offloaded { try pg.start() }
             say("fault      \(at)  PostgreSQL stopped (fast shutdown), down \(String(format: "%.1f", down)) s, restarted")
+        case .appStoreAPIDown:
+            guard let api = appleAPI else { return }
+            let down = rng.uniform(2...6)
+            api.standIn.down(for: .milliseconds(Int(down * 1000)))
+            try await Task.sleep(for: .milliseconds(Int(down * 1000)))
+            say("fault      \(at)  App Store Server API answered 503 to everything for \(String(format: "%.1f", down)) s")
         case .stallSink:
             guard let proxy else { return }
             let stall = rng.uniform(3...max(3, options.maxStall))

@@ -10,7 +10,7 @@ struct ChaosCommandTests {
         "delivered", "lag_zero", "verified_exactly_once", "rejected_at_least_once", "tables_equal_calm_run",
         "consumables_credited_once", "consumption_answered_once", "sink_rejected_nothing", "no_offset_reset",
     ]
-    static let faults = ["kill_worker", "kill_sink", "broker_down", "restart_postgres", "stall_sink_db", "kill_responder"]
+    static let faults = ["kill_worker", "kill_sink", "broker_down", "restart_postgres", "stall_sink_db", "kill_responder", "api_down"]
 
     /// `make test` runs it after every other test, alone (FLEET_CHAOS_TEST=1), so that the whole suite's load on two
     /// cores does not stretch its timing; `make chaos-short` runs just this.
@@ -40,6 +40,7 @@ struct ChaosCommandTests {
         #expect(report["events_in_database"]?.int64Value == report["expected_events"]?.int64Value)
         // The responder answered the recent CONSUMPTION_REQUESTs through the faults.
         #expect((report["consumption"]?["sent"]?.int64Value ?? 0) >= 1, "\(context)")
+        #expect((report["consumption_refusals"]?.int64Value ?? 0) >= 1, "the retry path ran: \(context)")
     }
 
     @Test func badFlagsGetAClearError() async throws {
