@@ -148,23 +148,20 @@ struct ChaosChecks {
     /// SIGKILL between sending and recording (an operator's call, never a second answer): allowed, up to one per kill.
     private func checkConsumption(_ expectedEvents: [EntitlementEvent], db: PostgresConnection, logger: Logger) async throws {
         let expected = Set(expectedEvents.compactMap { ConsumptionClaim(event: $0)?.notificationUUID })
-        var rows: [(uuid: String, transactionId: String, state: String)] = []
+        var rows: [ConsumptionVerdict.Row] = []
         let deadline = ContinuousClock.now + .seconds(120)
         repeat {
-            rows = []
-            for try await row in try await db.query("SELECT notification_uuid, transaction_id, state FROM consumption_answers", logger: logger)
-                .decode((String, String, String).self) { rows.append((row.0, row.1, row.2)) }
+            rows = try await ConsumptionVerdict.rows(db, logger: logger)
             if !rows.contains(where: { $0.state == "pending" }) && Set(rows.map(\.uuid)).isSuperset(of: expected) { break }
             try await Task.sleep(for: .milliseconds(500))
         } while ContinuousClock.now < deadline
-        let calls = Dictionary(grouping: soak.appleAPI?.standIn.consumptionCalls ?? [], by: \.transactionId).mapValues(\.count)
+        let calls = ConsumptionVerdict.answersByTransaction(soak.appleAPI?.standIn.consumptionCalls ?? [])
         let verdict = ConsumptionVerdict(
             expected: expected, rows: rows, calls: calls,
             responderKills: soak.report.faults[ChaosSoak.Fault.killResponder.rawValue, default: 0])
         soak.report.consumption = verdict.byState
         soak.report.consumption_calls = calls.values.reduce(0, +)
-        soak.report.consumption_refusals = (soak.appleAPI?.standIn.requests ?? [])
-            .filter { $0.path.hasPrefix("/inApps/v2/transactions/consumption/") && ($0.status >= 500 || $0.status == 429) }.count
+        soak.report.consumption_refusals = soak.appleAPI?.standIn.consumptionRefusals ?? 0
         check("consumption_answered_once", verdict.passed,
               verdict.detail + " (\(soak.report.consumption_refusals) refused by the stand-in's injected outages and answered again)")
     }
@@ -236,34 +233,5 @@ struct ChaosChecks {
             }
         }
         return (logs.count, found)
-    }
-}
-
-/// The chaos soak's judgement of the responder's work: every CONSUMPTION_REQUEST of the traffic recorded once and
-/// settled (answered exactly once, or expired unanswered), nothing pending or refused, no transaction answered twice,
-/// no answer that no row explains, and rows left `sending` only as many as the responder was killed.
-struct ConsumptionVerdict {
-    typealias Row = (uuid: String, transactionId: String, state: String)
-    let passed: Bool
-    let detail: String
-    let byState: [String: Int]
-
-    init(expected: Set<String>, rows: [Row], calls: [String: Int], responderKills: Int) {
-        var byState: [String: Int] = [:]
-        for row in rows { byState[row.state, default: 0] += 1 }
-        self.byState = byState
-        let recorded = Set(rows.map(\.uuid))
-        let missing = expected.subtracting(recorded).count, unexplained = recorded.subtracting(expected).count
-        let sentWrong = rows.filter { $0.state == "sent" && calls[$0.transactionId] != 1 }.count
-        let unsentCalled = rows.filter { ($0.state == "expired" || $0.state == "pending") && calls[$0.transactionId] != nil }.count
-        let rowTransactions = Set(rows.map(\.transactionId))
-        let strayCalls = calls.keys.filter { !rowTransactions.contains($0) }.count
-        let twice = calls.values.filter { $0 > 1 }.count
-        let leftSending = byState["sending", default: 0]
-        let answered = byState["sent", default: 0]
-        let pending = byState["pending", default: 0], refused = byState["failed", default: 0]
-        passed = missing == 0 && unexplained == 0 && sentWrong == 0 && unsentCalled == 0 && strayCalls == 0 && twice == 0
-            && pending == 0 && refused == 0 && leftSending <= responderKills && !expected.isEmpty && answered > 0
-        detail = "consumption requests: \(recorded.count) recorded (\(expected.count) in the traffic, \(missing) missing, \(unexplained) unexplained): \(answered) answered, \(byState["expired", default: 0]) expired, \(leftSending) left sending by \(responderKills) responder kill(s), \(pending) pending, \(refused) refused; the App Store API received \(calls.values.reduce(0, +)) answer(s): \(twice) transaction(s) answered twice, \(sentWrong) sent row(s) without exactly one answer, \(unsentCalled + strayCalls) answer(s) no row explains"
     }
 }

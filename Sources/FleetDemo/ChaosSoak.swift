@@ -271,7 +271,7 @@ public final class ChaosSoak: @unchecked Sendable {
         say("chaos      traffic and faults for \(options.minutes) min (a fault every \(options.faultGap.lowerBound)-\(options.faultGap.upperBound) s, seed \(options.seed))")
         let soakStart = ContinuousClock.now
         // The first two answers are refused (503), so the responder's retry path runs in every soak.
-        appleAPI?.standIn.failNext(2, status: 503, pathPrefix: "/inApps/v2/transactions/consumption/")
+        appleAPI?.standIn.failNext(2, status: 503, pathPrefix: AppleAPIStandIn.consumptionPathPrefix)
         let publisher = Task { try await self.publish(traffic, bootstrap: cluster.bootstrapServers, over: window) }
         var round: [Fault] = []
         while ContinuousClock.now - soakStart < window || publishing.load(ordering: .acquiring) {
@@ -302,8 +302,13 @@ public final class ChaosSoak: @unchecked Sendable {
         let at = clock
         switch fault {
         case .killWorker, .killSink, .killResponder:
-            let pickedWorker = workers[rng.pick(workers.count)]
-            guard let child = fault == .killSink ? sink : fault == .killResponder ? responder : Optional(pickedWorker) else { return }
+            let pickedWorker = workers[rng.pick(workers.count)]  // drawn for every kill: the seed's sequence stays as it was
+            let target: ChaosChild? = switch fault {
+            case .killSink: sink
+            case .killResponder: responder
+            default: pickedWorker
+            }
+            guard let child = target else { return }
             let pid = child.pid
             await child.kill9()
             let down = rng.uniform(0.5...3)

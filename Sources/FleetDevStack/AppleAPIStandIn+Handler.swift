@@ -171,7 +171,7 @@ extension AppleAPIStandIn {
             }
 
         }
-        if let id = match("PUT", "/inApps/v2/transactions/consumption/*")?.first {
+        if let id = match("PUT", Self.consumptionPathPrefix + "*")?.first {
             guard let request = try? JSONDecoder().decode(ConsumptionRequest.self, from: Data(body.utf8)) else {
                 return error(400, 4000000, "Invalid request.")
             }

@@ -194,4 +194,12 @@ public final class AppleAPIStandIn: Sendable {
     public var requests: [RecordedRequest] { state.withLock { $0.requests } }
     public var arrivals: Int { state.withLock { $0.arrivals } }
     public var consumptionCalls: [ConsumptionCall] { state.withLock { $0.consumption } }
+
+    /// Send Consumption Information's path, before the transaction id.
+    public static let consumptionPathPrefix = "/inApps/v2/transactions/consumption/"
+
+    /// Send Consumption Information requests refused with 5xx or 429 (injected faults).
+    public var consumptionRefusals: Int {
+        requests.filter { $0.path.hasPrefix(Self.consumptionPathPrefix) && ($0.status >= 500 || $0.status == 429) }.count
+    }
 }
