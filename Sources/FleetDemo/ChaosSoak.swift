@@ -159,6 +159,8 @@ public final class ChaosSoak: @unchecked Sendable {
         let target = max(100, Int(options.minutes * 60 * Double(options.rate)))
         trafficOptions.subscribers = max(10, target * 7 / 100)
         trafficOptions.ticketBuyers = max(5, target * 8 / 100)
+        // The answerable CONSUMPTION_REQUESTs come throughout the soak, not in its last seconds, so `api_down` meets some.
+        trafficOptions.spreadRecentRequests = true
         let traffic = try DemoTraffic(pki: pki, options: trafficOptions)
         self.trafficOptions = trafficOptions
         report.inputs = traffic.items.count

@@ -29,6 +29,10 @@ public struct DemoTraffic: Sendable {
         public var environment: AppStoreVerification.Environment = .sandbox
         /// End of the simulated timeline (default: now).
         public var end = EpochMillis.now()
+        /// Deliver each recent refund request (the purchase, then its CONSUMPTION_REQUEST) at a random point of the
+        /// traffic instead of at its end. Their dates stay within Apple's answer window; only the publishing order
+        /// changes, so a chaos soak's App Store API outages (`api_down`) meet some of them while they are answered.
+        public var spreadRecentRequests = false
         public init() {}
     }
 
@@ -100,6 +104,8 @@ private struct Generator {
     var receiptPKI: TestReceiptPKI?
     let o: DemoTraffic.Options
     var rng: Rng
+    /// Where `spreadRecentRequests` puts each recent request (a sequence of its own, so it changes no input).
+    var spreadRng: Rng
     var items: [DemoTraffic.Item] = []
     var stored: [DemoTraffic.StoredTransaction] = []
     var lastNotification = ""
@@ -110,6 +116,7 @@ private struct Generator {
         self.forged = forged
         self.o = o
         self.rng = Rng(state: o.seed)
+        self.spreadRng = Rng(state: o.seed ^ 0x5350_5245_4144)
     }
 
     mutating func newTransactionId() -> String {
@@ -371,8 +378,14 @@ private struct Generator {
         let at = o.end - rng.int(2 * hour..<8 * hour)
         let payload = txn("com.example.tickets.10", id: id, original: id, purchase: at, expires: nil, signed: at + 300,
                           type: .consumable, token: token)
+        let first = items.count
         client(payload, signed: at + 300, key: id)
         notify(.consumptionRequest, txn: payload, renewal: nil, signed: at + rng.int(30 * minute..<90 * minute), key: id)
+        guard o.spreadRecentRequests else { return }
+        // Delivered together, in their own order, somewhere in the timeline (1 ms apart, so the sort keeps them so).
+        // Drawn from its own sequence: the inputs themselves are the same with and without the option.
+        let point = start + spreadRng.int(0..<Int64(o.months) * month)
+        for i in first..<items.count { items[i].deliverAt = point + Int64(i - first) }
     }
 
     /// A one-entry consumable app receipt for a purchase, in Apple's verifyReceipt request body.

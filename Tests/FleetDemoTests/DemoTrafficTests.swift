@@ -70,6 +70,48 @@ import Testing
         #expect(answerable.allSatisfy { known.contains($0) }, "\(answerable)")
     }
 
+    /// The chaos soak spreads the answerable CONSUMPTION_REQUESTs through its traffic: the same inputs, in an order
+    /// that puts them (each after its purchase) among the older traffic instead of at the very end.
+    @Test func recentRequestsSpreadThroughTheTraffic() throws {
+        var o = Self.options(seed: 5)
+        o.ticketBuyers = 100
+        let atEnd = try DemoTraffic(pki: Self.pki, options: o)
+        o.spreadRecentRequests = true
+        let spread = try DemoTraffic(pki: Self.pki, options: o)
+        // The same inputs (signatures are randomized, so compared by key and intent), in another order.
+        func inputs(_ t: DemoTraffic) -> [String] { t.items.map { "\($0.key ?? "-") \($0.expectation)" } }
+        #expect(inputs(spread).sorted() == inputs(atEnd).sorted(), "the same inputs")
+        #expect(inputs(spread) != inputs(atEnd), "in another order")
+        #expect(spread.items.map(\.deliverAt) == spread.items.map(\.deliverAt).sorted(), "items come in delivery order")
+
+        let processor = InputProcessor(
+            verifier: SignedDataVerifier(policy: try Self.pki.policy(bundleId: o.bundleId, appAppleId: o.appAppleId, environments: [o.environment])),
+            mapper: EntitlementMapper(catalogue: try ProductCatalogue.parse(DemoTraffic.catalogueYAML)))
+        /// Where each answerable request is in the traffic (as a share of it), with the position of its purchase.
+        func positions(_ traffic: DemoTraffic) -> [(request: Double, purchase: Int?, at: Int)] {
+            var firstSeen: [String: Int] = [:]
+            var out: [(Double, Int?, Int)] = []
+            for (i, item) in traffic.items.enumerated() {
+                let at = InputCoordinates(topic: FleetTopics.raw, partition: 0, offset: Int64(i))
+                guard case .events(let events, _) = processor.process(value: item.value, deviceVerificationId: nil, at: at) else { continue }
+                for e in events {
+                    guard let t = e.transactionId else { continue }
+                    if e.notification == nil, firstSeen[t] == nil { firstSeen[t] = i }
+                    if e.notification?.type == "CONSUMPTION_REQUEST", e.notification!.signedDate > o.end - 12 * 3_600_000 {
+                        out.append((Double(i) / Double(traffic.items.count), firstSeen[t], i))
+                    }
+                }
+            }
+            return out
+        }
+        let before = positions(atEnd), after = positions(spread)
+        #expect(before.count == max(1, o.ticketBuyers / 20))
+        #expect(after.count == before.count)
+        #expect(before.allSatisfy { $0.request > 0.95 }, "without the option they come last: \(before.map(\.request))")
+        #expect(after.filter { $0.request < 0.9 }.count >= after.count / 2, "spread: \(after.map(\.request))")
+        #expect(after.allSatisfy { r in r.purchase.map { $0 < r.at } ?? false }, "each purchase comes before its request")
+    }
+
     @Test func catalogueParsesAndCoversEveryProductType() throws {
         let catalogue = try ProductCatalogue.parse(DemoTraffic.catalogueYAML)
         #expect(catalogue.products.count == 7)
