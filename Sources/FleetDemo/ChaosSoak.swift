@@ -62,6 +62,8 @@ public final class ChaosSoak: @unchecked Sendable {
         public var consumption_calls = 0
         /// Consumption Information requests the stand-in refused (503 or 429, injected): each was answered again later.
         public var consumption_refusals = 0
+        /// Of those, the ones refused inside an `api_down` window (the others: the two refused at the start).
+        public var consumption_refusals_in_api_down = 0
         public var unexpected_exits = 0
         /// Children restarted because `/healthz` failed (a consumer stall outlasting twice its timeout).
         public var liveness_restarts = 0
@@ -161,6 +163,7 @@ public final class ChaosSoak: @unchecked Sendable {
         trafficOptions.ticketBuyers = max(5, target * 8 / 100)
         // The answerable CONSUMPTION_REQUESTs come throughout the soak, not in its last seconds, so `api_down` meets some.
         trafficOptions.spreadRecentRequests = true
+        trafficOptions.recentRequests = max(4, trafficOptions.ticketBuyers / 5)
         let traffic = try DemoTraffic(pki: pki, options: trafficOptions)
         self.trafficOptions = trafficOptions
         report.inputs = traffic.items.count
@@ -334,9 +337,12 @@ public final class ChaosSoak: @unchecked Sendable {
         case .appStoreAPIDown:
             guard let api = appleAPI else { return }
             let down = rng.uniform(2...6)
+            let refusedBefore = api.standIn.consumptionRefusals
             api.standIn.down(for: .milliseconds(Int(down * 1000)))
             try await Task.sleep(for: .milliseconds(Int(down * 1000)))
-            say("fault      \(at)  App Store Server API answered 503 to everything for \(String(format: "%.1f", down)) s")
+            let refused = api.standIn.consumptionRefusals - refusedBefore
+            report.consumption_refusals_in_api_down += refused
+            say("fault      \(at)  App Store Server API answered 503 to everything for \(String(format: "%.1f", down)) s (\(refused) consumption answer(s) refused)")
         case .stallSink:
             guard let proxy else { return }
             let stall = rng.uniform(3...max(3, options.maxStall))

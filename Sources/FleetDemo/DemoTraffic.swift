@@ -33,6 +33,8 @@ public struct DemoTraffic: Sendable {
         /// traffic instead of at its end. Their dates stay within Apple's answer window; only the publishing order
         /// changes, so a chaos soak's App Store API outages (`api_down`) meet some of them while they are answered.
         public var spreadRecentRequests = false
+        /// How many recent refund requests (answerable CONSUMPTION_REQUESTs); nil: one per 20 ticket buyers, at least 1.
+        public var recentRequests: Int?
         public init() {}
     }
 
@@ -185,7 +187,7 @@ private struct Generator {
             subscriberLife(product: products[Int(rng.next() % UInt64(products.count))])
         }
         for _ in 0..<o.ticketBuyers { ticketBuyer() }
-        for _ in 0..<max(1, o.ticketBuyers / 20) { recentRefundRequest() }
+        for _ in 0..<(o.recentRequests ?? max(1, o.ticketBuyers / 20)) { recentRefundRequest() }
         for _ in 0..<max(1, o.subscribers / 20) { lifetimeBuyer() }
         // Operational notifications.
         notify(.test, txn: nil, renewal: nil, signed: o.end - day, key: "test")

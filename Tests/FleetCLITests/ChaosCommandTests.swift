@@ -41,6 +41,8 @@ struct ChaosCommandTests {
         // The responder answered the recent CONSUMPTION_REQUESTs through the faults.
         #expect((report["consumption"]?["sent"]?.int64Value ?? 0) >= 1, "\(context)")
         #expect((report["consumption_refusals"]?.int64Value ?? 0) >= 1, "the retry path ran: \(context)")
+        let inOutages = try #require(report["consumption_refusals_in_api_down"]?.int64Value, "\(context)")
+        #expect(inOutages <= report["consumption_refusals"]?.int64Value ?? 0)
     }
 
     @Test func badFlagsGetAClearError() async throws {

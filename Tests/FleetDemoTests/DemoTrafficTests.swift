@@ -110,6 +110,9 @@ import Testing
         #expect(before.allSatisfy { $0.request > 0.95 }, "without the option they come last: \(before.map(\.request))")
         #expect(after.filter { $0.request < 0.9 }.count >= after.count / 2, "spread: \(after.map(\.request))")
         #expect(after.allSatisfy { r in r.purchase.map { $0 < r.at } ?? false }, "each purchase comes before its request")
+        // The chaos soak asks for more of them than the demo's one per 20 ticket buyers.
+        o.recentRequests = 9
+        #expect(positions(try DemoTraffic(pki: Self.pki, options: o)).count == 9)
     }
 
     @Test func catalogueParsesAndCoversEveryProductType() throws {
