@@ -28,6 +28,9 @@ public struct BenchSink: Sendable {
     public var writers: Int = 1
 
     public var partitions: Int?
+    /// The collation of the benchmark's database (nil: C, the throwaway cluster's). Production databases usually
+    /// compare text linguistically (`en_US.UTF-8`); `database_locale` in the JSON line says which one ran.
+    public var databaseLocale: ThrowawayPostgres.DatabaseLocale?
     /// The `fleet` binary: the embedded cluster then runs in a child `fleet dev-kafka`, so that `rss_mb` is the
     /// sink's process alone (in-process, the cluster holding the whole topic counted ~160 MB of it).
     public var executable: String?
@@ -39,7 +42,7 @@ public struct BenchSink: Sendable {
         MemoryTuning.fixMmapThreshold(environment: ProcessInfo.processInfo.environment)
         var logger = Logger(label: "fleet.bench.sink")
         logger.logLevel = .warning
-        let postgres = try await ThrowawayPostgres(database: "bench")
+        let postgres = try await ThrowawayPostgres(database: "bench", databaseLocale: databaseLocale)
         defer { postgres.destroy() }
         var stream = BenchStream.make(count: events)
         let encoder = JSONEncoder()
@@ -51,7 +54,7 @@ public struct BenchSink: Sendable {
         let topic = "bench.entitlements.verified"
         let cluster = try BenchCluster(executable: executable, topics: [topic: partitions, "bench.sink-rejected": 1])
         defer { cluster.shutdown() }
-        print("bench sink: \(events) events, batch \(batchSize), \(max(1, writers)) writer(s), \(partitions) partitions; PostgreSQL \(postgres.binDirectory)")
+        print("bench sink: \(events) events, batch \(batchSize), \(max(1, writers)) writer(s), \(partitions) partitions; PostgreSQL \(postgres.binDirectory), database collation \(databaseLocale?.description ?? "C")")
 
         // Produce (not timed).
         // The consumer's fetch bounds as `fleet sink` sets them.
@@ -207,7 +210,7 @@ public struct BenchSink: Sendable {
         print(String(format: "peak RSS while the sink ran %.1f MB (", rssMB) + whose
               + String(format: "; %.1f MB before the sink started)", rssBeforeSink))
         print("targets: >= 12000 events/s \(eventsPerSecond >= 12_000 ? "met" : "NOT met"); >= 0.6 x COPY \(ratio >= 0.6 ? "met" : "NOT met"); p99 batch < 250 ms \(p99 < 250 ? "met" : "NOT met"); RSS < 200 MB \(rssMB < 200 ? "met" : "NOT met")")
-        print(String(format: #"{"events_per_s": %.0f, "p99_batch_ms": %.2f, "copy_rows_per_s": %.0f, "copy_events_per_s": %.0f, "sink_to_copy_ratio": %.3f, "copy_rows_per_event": %.2f, "events_table_copy_rows_per_s": %.0f, "binary_copy_events_per_s": %.0f, "sink_to_binary_copy_ratio": %.3f, "p50_batch_ms": %.2f, "events": %d, "batch_size": %d, "writers": %d, "rss_mb": %.1f, "rss_before_sink_mb": %.1f, "cluster_in_child_process": \#(cluster.isChild), "cluster_rss_mb": %.1f}"#,
+        print(String(format: #"{"events_per_s": %.0f, "p99_batch_ms": %.2f, "copy_rows_per_s": %.0f, "copy_events_per_s": %.0f, "sink_to_copy_ratio": %.3f, "copy_rows_per_event": %.2f, "events_table_copy_rows_per_s": %.0f, "binary_copy_events_per_s": %.0f, "sink_to_binary_copy_ratio": %.3f, "p50_batch_ms": %.2f, "events": %d, "batch_size": %d, "writers": %d, "rss_mb": %.1f, "rss_before_sink_mb": %.1f, "cluster_in_child_process": \#(cluster.isChild), "cluster_rss_mb": %.1f, "database_locale": "\#(databaseLocale?.description ?? "C")"}"#,
                      eventsPerSecond, p99, copyRowsPerSecond, copyEventsPerSecond, ratio,
                      Double(copiedRows) / Double(events), eventsTableRowsPerSecond, binaryCopyEventsPerSecond,
                      eventsPerSecond / binaryCopyEventsPerSecond, p50, events, batchSize, max(1, writers),

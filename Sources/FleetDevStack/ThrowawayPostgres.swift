@@ -67,10 +67,46 @@ public final class ThrowawayPostgres: Sendable {
         "postgres://\(superuser)@\(host):\(port)/\(database)"
     }
 
-    /// Creates the cluster, starts it and creates `database`. `choosePort` picks each port to try (tests give it one
-    /// that is taken).
+    /// The collation a database is created with. The cluster itself is `--no-locale` (C); production databases are
+    /// usually created with the host's locale (`en_US.UTF-8` on most Debian, Ubuntu and managed servers), which
+    /// compares every text key linguistically: benchmarks and tests can create theirs that way.
+    public enum DatabaseLocale: Sendable, Equatable, CustomStringConvertible {
+        /// An ICU locale (`icu:en-US`): available wherever PostgreSQL is built with ICU, whatever the OS has.
+        case icu(String)
+        /// An operating-system locale (`en_US.UTF-8`): must be installed where the server runs (or under the
+        /// `LOCPATH` it inherits).
+        case libc(String)
+
+        /// `icu:NAME` or a libc locale name; letters, digits, `_`, `-`, `.` and `@` only.
+        public init(parsing text: String) throws {
+            let isICU = text.hasPrefix("icu:")
+            let name = isICU ? String(text.dropFirst(4)) : text
+            guard !name.isEmpty, name.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "_-.@".contains($0)) }) else {
+                throw Failure.io("invalid database locale \(text.debugDescription): use icu:NAME (e.g. icu:en-US) or a locale name (e.g. en_US.UTF-8)")
+            }
+            self = isICU ? .icu(name) : .libc(name)
+        }
+
+        public var description: String {
+            switch self {
+            case .icu(let name): "icu:\(name)"
+            case .libc(let name): name
+            }
+        }
+
+        /// The clauses of `CREATE DATABASE` (from template0: its collation is the one given).
+        var createClauses: String {
+            switch self {
+            case .icu(let name): "TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE '\(name)' LOCALE 'C'"
+            case .libc(let name): "TEMPLATE template0 LC_COLLATE '\(name)' LC_CTYPE '\(name)'"
+            }
+        }
+    }
+
+    /// Creates the cluster, starts it and creates `database` (with `databaseLocale`'s collation; nil: the cluster's,
+    /// C). `choosePort` picks each port to try (tests give it one that is taken).
     public init(
-        database: String = "fleet", logger: Logger = Logger(label: "throwaway-postgres"),
+        database: String = "fleet", databaseLocale: DatabaseLocale? = nil, logger: Logger = Logger(label: "throwaway-postgres"),
         choosePort: @escaping @Sendable () -> Int = Loopback.freePort
     ) async throws {
         self.binDirectory = try Self.findBinaries()
@@ -100,7 +136,7 @@ public final class ThrowawayPostgres: Sendable {
                 ["-D", dataDirectory, "-U", superuser, "--auth=trust", "--encoding=UTF8", "--no-locale", "--no-sync"]
             )
             try startOnAFreePort()
-            try await createDatabase(database, logger: logger)
+            try await createDatabase(database, locale: databaseLocale, logger: logger)
         } catch {
             destroy()
             throw error
@@ -183,7 +219,9 @@ public final class ThrowawayPostgres: Sendable {
 
     /// Creates a database and returns its URL.
     @discardableResult
-    public func createDatabase(_ name: String, logger: Logger = Logger(label: "throwaway-postgres")) async throws -> String {
+    public func createDatabase(
+        _ name: String, locale: DatabaseLocale? = nil, logger: Logger = Logger(label: "throwaway-postgres")
+    ) async throws -> String {
         guard !name.isEmpty, name.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "_") }) else {
             throw Failure.io("invalid database name \(name.debugDescription): use letters, digits and _")
         }
@@ -191,7 +229,8 @@ public final class ThrowawayPostgres: Sendable {
             host: host, port: port, username: superuser, password: nil, database: "postgres", tls: .disable)
         let connection = try await PostgresConnection.connect(configuration: config, id: 0, logger: logger)
         do {
-            try await connection.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \"\(name)\""), logger: logger)
+            try await connection.query(
+                PostgresQuery(unsafeSQL: "CREATE DATABASE \"\(name)\" \(locale?.createClauses ?? "")"), logger: logger)
         } catch {
             try? await connection.close()
             throw error

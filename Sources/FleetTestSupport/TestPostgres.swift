@@ -20,11 +20,12 @@ public actor TestPostgres {
         return made
     }
 
-    /// A fresh database, migrated to the sink's schema unless `migrate` is false; returns its URL.
-    public func freshDatabase(migrate: Bool = true) async throws -> String {
+    /// A fresh database, migrated to the sink's schema unless `migrate` is false, with `locale`'s collation (nil:
+    /// C); returns its URL.
+    public func freshDatabase(migrate: Bool = true, locale: ThrowawayPostgres.DatabaseLocale? = nil) async throws -> String {
         let server = try await get()
         counter += 1
-        let url = try await server.createDatabase("t\(counter)_\(UInt32.random(in: 0...UInt32.max))")
+        let url = try await server.createDatabase("t\(counter)_\(UInt32.random(in: 0...UInt32.max))", locale: locale)
         if migrate {
             try await withConnection(url) { c in try await SinkSchema.migrate(connection: c, logger: testLogger) }
         }
