@@ -34,12 +34,13 @@ func orderedStream(subscribers: Int) -> [EntitlementEvent] {
     return out
 }
 
-/// Table contents without the one wall-clock column (notifications.applied_at).
+/// Table contents without the one wall-clock column (notifications.applied_at), rows in byte order whatever the
+/// database's collation.
 func stateDump(_ c: PostgresConnection) async throws -> [String: String] {
     var result: [String: String] = [:]
     for table in dumpedTables where table != "schema_migrations" {
         let rows = try await c.query(PostgresQuery(unsafeSQL: """
-            SELECT coalesce(string_agg(r, E'\\n' ORDER BY r), '') FROM (SELECT (to_jsonb(t) - 'applied_at')::text AS r FROM \(table) t) s
+            SELECT coalesce(string_agg(r, E'\\n' ORDER BY r COLLATE "C"), '') FROM (SELECT (to_jsonb(t) - 'applied_at')::text AS r FROM \(table) t) s
             """), logger: testLogger)
         for try await text in rows.decode(String.self) { result[table] = text }
     }

@@ -34,6 +34,7 @@ struct SchemaUpgradeTests {
             #expect(replayed >= half.count)
             upgraded = try await stateDump(c)
             try await expectIndexes(c)
+            try await expectBytewiseText(c)
         }
         try await onDatabase(fresh) { (c: PostgresConnection) async throws in
             for batch in chunks(half, of: 7) { _ = try await applier.apply(batch, connection: c, logger: testLogger) }
@@ -44,7 +45,84 @@ struct SchemaUpgradeTests {
                 #expect(upgraded[table] == reference[table], "\(table) differs after the upgrade")
             }
             try await expectIndexes(c)
+            try await expectBytewiseText(c)
         }
+    }
+
+    @Test("""
+        a database created with a linguistic collation (ICU en-US) and an operator's view on the fleet's view, filled \
+        under migrations 1-5: migration 6 makes every text column bytewise, keeps both views with their grants and \
+        comment, and a replay leaves its tables equal to a fresh C database's
+        """)
+    func upgradeFromVersion5OnALinguisticDatabase() async throws {
+        let stream = mixedStream()
+        let half = Array(stream.prefix(stream.count / 2))
+        let old = try await TestPostgres.shared.freshDatabase(migrate: false, locale: .icu("en-US"))
+        let fresh = try await TestPostgres.shared.freshDatabase()
+        let role = "fleet_reader_\(UInt32.random(in: 0...UInt32.max))"
+
+        var upgraded: [String: String] = [:]
+        try await onDatabase(old) { (c: PostgresConnection) async throws in
+            #expect(try await scalar(c, "SELECT datlocprovider::text FROM pg_database WHERE datname = current_database()", as: String.self) == "i")
+            try await SinkSchema.migrate(connection: c, migrations: SinkSchema.migrations.filter { $0.version <= 5 }, logger: testLogger)
+            for batch in chunks(half, of: 7) { _ = try await applier.apply(batch, connection: c, logger: testLogger) }
+            for sql in [
+                "CREATE ROLE \(role) NOLOGIN",
+                "CREATE VIEW operator_summary AS SELECT environment, count(*) AS subjects FROM entitlements_current GROUP BY environment",
+                "COMMENT ON VIEW operator_summary IS 'subjects with an active entitlement'",
+                "GRANT SELECT ON entitlements_current, operator_summary TO \(role)",
+            ] { try await c.query(PostgresQuery(unsafeSQL: sql), logger: testLogger) }
+            let summary = "SELECT count(*)::text || '/' || coalesce(sum(subjects), 0)::text FROM operator_summary"
+            let before = try await scalar(c, summary, as: String.self)
+
+            #expect(try await SinkSchema.migrate(connection: c, logger: testLogger) == [6])
+            try await expectBytewiseText(c)
+            #expect(try await scalar(c, summary, as: String.self) == before)
+            for view in ["entitlements_current", "operator_summary", "consumable_balances"] {
+                #expect(try await scalar(c, "SELECT to_regclass('\(view)') IS NOT NULL", as: Bool.self), "\(view) is gone")
+            }
+            for view in ["entitlements_current", "operator_summary"] {
+                #expect(try await scalar(c, "SELECT has_table_privilege('\(role)', '\(view)', 'SELECT')", as: Bool.self),
+                        "the grant on \(view) is gone")
+            }
+            #expect(try await scalar(c, "SELECT obj_description('operator_summary'::regclass, 'pg_class')", as: String.self)
+                    == "subjects with an active entitlement")
+
+            var replayed = 0
+            for batch in chunks(stream, of: 7) {
+                replayed += try await applier.apply(batch, connection: c, logger: testLogger).duplicate
+            }
+            #expect(replayed >= half.count)
+            upgraded = try await stateDump(c)
+            for sql in ["DROP VIEW operator_summary", "REVOKE ALL ON entitlements_current FROM \(role)", "DROP ROLE \(role)"] {
+                try await c.query(PostgresQuery(unsafeSQL: sql), logger: testLogger)
+            }
+        }
+        try await onDatabase(fresh) { (c: PostgresConnection) async throws in
+            for batch in chunks(half, of: 7) { _ = try await applier.apply(batch, connection: c, logger: testLogger) }
+            for batch in chunks(stream, of: 7) { _ = try await applier.apply(batch, connection: c, logger: testLogger) }
+            let reference = try await stateDump(c)
+            for table in dumpedTables where table != "schema_migrations" {
+                #expect(upgraded[table] == reference[table], "\(table) differs after the upgrade")
+            }
+        }
+    }
+
+    /// Migration 6: no text column of the fleet's tables compares linguistically.
+    private func expectBytewiseText(_ c: PostgresConnection) async throws {
+        let linguistic = try await scalar(c, """
+            SELECT coalesce(string_agg(table_name || '.' || column_name || ' ' || coalesce(collation_name, 'default'), ', '), '')
+            FROM information_schema.columns
+            WHERE table_schema = current_schema() AND data_type = 'text' AND coalesce(collation_name, '') <> 'C'
+              AND table_name IN ('notifications', 'transaction_versions', 'transactions', 'entitlement_events', 'entitlements',
+                                 'consumable_ledger', 'consumption_answers', 'consumption_consent', 'consumption_usage')
+            """, as: String.self)
+        #expect(linguistic.isEmpty, "text columns that do not compare bytewise: \(linguistic)")
+        let bytewise = try await scalar(c, """
+            SELECT count(*)::integer FROM information_schema.columns
+            WHERE table_schema = current_schema() AND data_type = 'text' AND collation_name = 'C'
+            """, as: Int.self)
+        #expect(bytewise > 40, "\(bytewise) bytewise text columns")
     }
 
     /// Migration 5's indexes: the unused ones gone, the partial transaction index used by its two readers.
