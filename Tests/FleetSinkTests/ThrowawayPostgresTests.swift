@@ -40,6 +40,19 @@ private final class TakenPort: Sendable {
 
 @Suite("The throwaway PostgreSQL of the demo, the tests and the benchmarks")
 struct ThrowawayPostgresTests {
+    @Test("--database-locale: icu:NAME or a locale name; anything that could reach the SQL otherwise is refused")
+    func databaseLocaleParsing() throws {
+        #expect(try ThrowawayPostgres.DatabaseLocale(parsing: "icu:en-US") == .icu("en-US"))
+        #expect(try ThrowawayPostgres.DatabaseLocale(parsing: "en_US.UTF-8") == .libc("en_US.UTF-8"))
+        #expect(try ThrowawayPostgres.DatabaseLocale(parsing: "de_DE@euro").description == "de_DE@euro")
+        #expect(try ThrowawayPostgres.DatabaseLocale(parsing: "icu:und-u-ks-level2").description == "icu:und-u-ks-level2")
+        for bad in ["", "icu:", "en_US'; DROP DATABASE x; --", "en US", "icu:en-US'"] {
+            #expect(throws: ThrowawayPostgres.Failure.self, "\(bad.debugDescription) accepted") {
+                try ThrowawayPostgres.DatabaseLocale(parsing: bad)
+            }
+        }
+    }
+
     @Test("a first start whose port was taken meanwhile starts on another port")
     func takenPort() async throws {
         let taken = try TakenPort()
