@@ -1,5 +1,6 @@
 import AppStoreVerification
 import Foundation
+import Synchronization
 
 /// The built `fleet` executable, for tests that run CLI commands or start fleet processes, and the repository's paths.
 /// `FLEET_EXECUTABLE` wins when set (CI, a release build); else the `fleet` beside the test bundle (up to four
@@ -44,6 +45,9 @@ public enum FleetBinary {
         public var status: Int32
         public var stdout: String
         public var stderr: String
+        /// How long the process ran, from its start to its exit as the process monitor saw it (not the caller's
+        /// wall clock, which a busy cooperative pool can stretch); nil when it was killed at the timeout.
+        public var duration: Duration? = nil
         /// Every stdout line that parses as JSON.
         public var lines: [JSONValue] { stdout.split(separator: "\n").compactMap { try? JSONValue.parse(String($0)) } }
         /// The last stdout line, parsed as JSON (benchmarks print their figures there).
@@ -83,7 +87,7 @@ public enum FleetBinary {
             return Output(status: -1, stdout: child.readStdout(),
                           stderr: child.readStderr() + "\n[killed: fleet \(args.joined(separator: " ")) timed out after \(timeout)]")
         }
-        return Output(status: status, stdout: child.readStdout(), stderr: child.readStderr())
+        return Output(status: status, stdout: child.readStdout(), stderr: child.readStderr(), duration: child.ranFor)
     }
 
     /// Starts `fleet args...`: stdout and stderr to files of their own (`firstLine`, `readStdout`, `readStderr`).
@@ -126,8 +130,18 @@ public final class ChildProcess: @unchecked Sendable {
         }
         process.standardError = log
         process.standardInput = FileHandle.nullDevice
+        let exited = self.exited
+        // Called on Foundation's process-monitoring thread, whatever the test's own tasks are doing.
+        process.terminationHandler = { _ in exited.mark() }
+        started = ContinuousClock.now
         try process.run()
     }
+
+    private var started = ContinuousClock.now
+    private let exited = ExitTime()
+
+    /// From the start to the exit; nil while the child runs.
+    public var ranFor: Duration? { exited.instant.map { $0 - started } }
 
     /// Kills the child if still running and removes its output files (a test reads them, and quotes them in its
     /// failures, before it releases the child); `FLEET_KEEP_TEST_LOGS=1` keeps them.
@@ -170,6 +184,13 @@ public final class ChildProcess: @unchecked Sendable {
         }
         return nil
     }
+}
+
+/// When a child process exited, as Foundation's process monitor reported it.
+private final class ExitTime: Sendable {
+    private let value = Mutex<ContinuousClock.Instant?>(nil)
+    func mark() { value.withLock { $0 = ContinuousClock.now } }
+    var instant: ContinuousClock.Instant? { value.withLock { $0 } }
 }
 
 /// Data produced on another thread, awaited by a blocking caller.

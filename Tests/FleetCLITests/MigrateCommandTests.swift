@@ -27,13 +27,14 @@ struct MigrateCommandTests {
     @Test func aDatabaseThatNeverAnswersEndsTheMigrationWithinTheConnectTimeout() async throws {
         let (fd, port) = try Self.silentListener()
         defer { close(fd) }
-        let started = ContinuousClock.now
         let run = try await PipelineCommandsTests.fleet(
             ["migrate", "--database-url", "postgres://fleet@127.0.0.1:\(port)/fleet", "--connect-timeout-seconds", "2"],
             timeout: .seconds(60))
         #expect(run.status != 0)
         #expect(run.stderr.contains("did not finish within 2.0 seconds"), "\(run.stderr)")
-        #expect(ContinuousClock.now - started < .seconds(30), "ended by the connect timeout")
+        // The process's own run time: the test's wall clock also counts the time its polling task waited for a
+        // cooperative thread, up to 40 s in a full `make test` on two cores.
+        #expect(try #require(run.duration) < .seconds(30), "ended by the connect timeout")
     }
 
     @Test func aConnectTimeoutMustBePositive() async throws {
