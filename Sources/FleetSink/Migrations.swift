@@ -321,16 +321,12 @@ public enum SinkSchema {
         // created again with their definition, options, owner, comment and grants; the indexes on the changed
         // columns are rebuilt (the tables are not rewritten: the type stays text).
         Migration(version: 6, name: "text columns compare bytewise", statements: [
-            """
-            CREATE TEMP TABLE fleet_saved_views (
-                view_oid oid PRIMARY KEY, schema_name name, view_name name, depth integer, definition text,
-                owner name, acl aclitem[], comment text, options text[]
-            ) ON COMMIT DROP
-            """,
+            // The views are kept in a variable, not a temporary table: a role without TEMP can run it too.
             """
             DO $$
             DECLARE
                 fleet_tables oid[];
+                saved jsonb;
                 v record;
                 t record;
                 g record;
@@ -341,7 +337,6 @@ public enum SinkSchema {
                                     'entitlements', 'consumable_ledger', 'consumption_answers', 'consumption_consent',
                                     'consumption_usage');
                 -- Every view reading these tables, directly or through other views, with its depth.
-                INSERT INTO fleet_saved_views
                 WITH RECURSIVE deps(view_oid, depth) AS (
                     SELECT r.ev_class, 1 FROM pg_depend d JOIN pg_rewrite r ON r.oid = d.objid
                     WHERE d.classid = 'pg_rewrite'::regclass AND d.refclassid = 'pg_class'::regclass
@@ -352,13 +347,20 @@ public enum SinkSchema {
                                     AND d.refclassid = 'pg_class'::regclass
                     JOIN pg_rewrite r ON r.oid = d.objid
                     WHERE r.ev_class <> deps.view_oid
+                ), views AS (
+                    SELECT view_oid, max(depth) AS depth FROM deps GROUP BY view_oid
                 )
-                SELECT c.oid, n.nspname, c.relname, max(deps.depth), pg_get_viewdef(c.oid), pg_get_userbyid(c.relowner),
-                       c.relacl, obj_description(c.oid, 'pg_class'), c.reloptions
-                FROM deps JOIN pg_class c ON c.oid = deps.view_oid JOIN pg_namespace n ON n.oid = c.relnamespace
-                WHERE c.relkind = 'v'
-                GROUP BY c.oid, n.nspname, c.relname;
-                FOR v IN SELECT * FROM fleet_saved_views ORDER BY depth DESC LOOP
+                SELECT coalesce(jsonb_agg(jsonb_build_object(
+                           'schema_name', n.nspname, 'view_name', c.relname, 'depth', views.depth,
+                           'definition', pg_get_viewdef(c.oid), 'owner', pg_get_userbyid(c.relowner),
+                           'acl', c.relacl::text[], 'comment', obj_description(c.oid, 'pg_class'), 'options', c.reloptions)), '[]')
+                INTO saved
+                FROM views JOIN pg_class c ON c.oid = views.view_oid JOIN pg_namespace n ON n.oid = c.relnamespace
+                WHERE c.relkind = 'v';
+                FOR v IN
+                    SELECT * FROM jsonb_to_recordset(saved) AS x(schema_name name, view_name name, depth integer)
+                    ORDER BY depth DESC
+                LOOP
                     EXECUTE format('DROP VIEW %I.%I', v.schema_name, v.view_name);
                 END LOOP;
                 -- One ALTER TABLE per table: its indexes are rebuilt once.
@@ -372,7 +374,11 @@ public enum SinkSchema {
                 LOOP
                     EXECUTE format('ALTER TABLE %s %s', t.tbl, t.clauses);
                 END LOOP;
-                FOR v IN SELECT * FROM fleet_saved_views ORDER BY depth LOOP
+                FOR v IN
+                    SELECT * FROM jsonb_to_recordset(saved) AS x(schema_name name, view_name name, depth integer,
+                        definition text, owner name, acl text[], comment text, options text[])
+                    ORDER BY depth
+                LOOP
                     EXECUTE format('CREATE VIEW %I.%I%s AS %s', v.schema_name, v.view_name,
                                    CASE WHEN v.options IS NULL THEN '' ELSE ' WITH (' || array_to_string(v.options, ', ') || ')' END,
                                    v.definition);
@@ -382,7 +388,7 @@ public enum SinkSchema {
                     IF v.comment IS NOT NULL THEN
                         EXECUTE format('COMMENT ON VIEW %I.%I IS %L', v.schema_name, v.view_name, v.comment);
                     END IF;
-                    FOR g IN SELECT * FROM aclexplode(v.acl) a WHERE a.grantee <> v.owner::regrole LOOP
+                    FOR g IN SELECT * FROM aclexplode(v.acl::aclitem[]) a WHERE a.grantee <> v.owner::regrole LOOP
                         EXECUTE format('GRANT %s ON %I.%I TO %s%s', g.privilege_type, v.schema_name, v.view_name,
                                        CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(g.grantee)) END,
                                        CASE WHEN g.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);

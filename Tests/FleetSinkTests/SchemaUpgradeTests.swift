@@ -51,8 +51,8 @@ struct SchemaUpgradeTests {
 
     @Test("""
         a database created with a linguistic collation (ICU en-US) and an operator's view on the fleet's view, filled \
-        under migrations 1-5: migration 6 makes every text column bytewise, keeps both views with their grants and \
-        comment, and a replay leaves its tables equal to a fresh C database's
+        under migrations 1-5: migration 6 makes every text column bytewise, keeps both views with their options, grants \
+        and comment, and a replay leaves its tables equal to a fresh C database's
         """)
     func upgradeFromVersion5OnALinguisticDatabase() async throws {
         let stream = mixedStream()
@@ -68,7 +68,7 @@ struct SchemaUpgradeTests {
             for batch in chunks(half, of: 7) { _ = try await applier.apply(batch, connection: c, logger: testLogger) }
             for sql in [
                 "CREATE ROLE \(role) NOLOGIN",
-                "CREATE VIEW operator_summary AS SELECT environment, count(*) AS subjects FROM entitlements_current GROUP BY environment",
+                "CREATE VIEW operator_summary WITH (security_barrier = true) AS SELECT environment, count(*) AS subjects FROM entitlements_current GROUP BY environment",
                 "COMMENT ON VIEW operator_summary IS 'subjects with an active entitlement'",
                 "GRANT SELECT ON entitlements_current, operator_summary TO \(role)",
             ] { try await c.query(PostgresQuery(unsafeSQL: sql), logger: testLogger) }
@@ -87,6 +87,8 @@ struct SchemaUpgradeTests {
             }
             #expect(try await scalar(c, "SELECT obj_description('operator_summary'::regclass, 'pg_class')", as: String.self)
                     == "subjects with an active entitlement")
+            #expect(try await scalar(c, "SELECT array_to_string(reloptions, ',') FROM pg_class WHERE relname = 'operator_summary'",
+                                     as: String.self) == "security_barrier=true")
 
             var replayed = 0
             for batch in chunks(stream, of: 7) {
