@@ -133,11 +133,10 @@ public final class ChildProcess: @unchecked Sendable {
         let exited = self.exited
         // Called on Foundation's process-monitoring thread, whatever the test's own tasks are doing.
         process.terminationHandler = { _ in exited.mark() }
-        started = ContinuousClock.now
         try process.run()
     }
 
-    private var started = ContinuousClock.now
+    private let started = ContinuousClock.now
     private let exited = ExitTime()
 
     /// From the start to the exit; nil while the child runs.

@@ -84,12 +84,13 @@ public let dumpedTables = [
     "consumable_ledger", "schema_migrations",
 ]
 
-/// Every row of every sink table as text, sorted: equal dumps mean byte-for-byte equal table contents.
+/// Every row of every sink table as text, sorted bytewise (whatever the database's collation): equal dumps mean
+/// byte-for-byte equal table contents.
 public func dump(_ connection: PostgresConnection) async throws -> [String: String] {
     var result: [String: String] = [:]
     for table in dumpedTables {
         let rows = try await connection.query(
-            PostgresQuery(unsafeSQL: "SELECT coalesce(string_agg(t::text, E'\\n' ORDER BY t::text), '') FROM \(table) t"),
+            PostgresQuery(unsafeSQL: "SELECT coalesce(string_agg(t::text, E'\\n' ORDER BY t::text COLLATE \"C\"), '') FROM \(table) t"),
             logger: testLogger)
         for try await text in rows.decode(String.self) { result[table] = text }
     }

@@ -123,18 +123,13 @@ struct BenchSinkCommand: AsyncParsableCommand {
     @Option(help: "Most events per database transaction") var batchSize: Int = SinkConfiguration.defaultMaxBatchSize
     @Option(help: "Sink writers, as `fleet sink --writers` (each its own consumer in the group and database connection)") var writers: Int = 1
     @Option(help: "Partitions of the result topic (default: enough for the embedded cluster to retain every event)") var partitions: Int?
-    @Option(help: "Collation of the benchmark's database: icu:NAME (e.g. icu:en-US) or an installed locale (e.g. en_US.UTF-8); default C")
-    var databaseLocale: String?
-
-    func validate() throws {
-        if let databaseLocale {
-            do { _ = try ThrowawayPostgres.DatabaseLocale(parsing: databaseLocale) } catch { throw ValidationError("--database-locale: \(error)") }
-        }
-    }
+    @Option(help: "Collation of the benchmark's database: icu:NAME (e.g. icu:en-US) or an installed locale (e.g. en_US.UTF-8); default C",
+            transform: ThrowawayPostgres.DatabaseLocale.init(parsing:))
+    var databaseLocale: ThrowawayPostgres.DatabaseLocale?
 
     func run() async throws {
         var bench = BenchSink()
-        bench.databaseLocale = try databaseLocale.map(ThrowawayPostgres.DatabaseLocale.init(parsing:))
+        bench.databaseLocale = databaseLocale
         bench.events = events
         bench.batchSize = batchSize
         bench.writers = writers
