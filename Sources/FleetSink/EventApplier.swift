@@ -299,7 +299,8 @@ struct BatchPlan: Sendable {
         let ledgerEntriesRead = queue(writes.ledgerReads?.entries)
         let ledgerRestoresRead = queue(writes.ledgerReads?.restores)
         let notifications = queue(writes.notifications)
-        let transactions = queue(writes.transactions)
+        // The current facts of a copied batch are read from the copied versions: queued once that COPY is done.
+        var transactions = writes.versionsCopy == nil ? queue(writes.transactions) : nil
         // The transaction's start in exact microseconds: `notifications.applied_at` of the copied rows, the `now()`
         // the insert writes.
         let started = writes.notificationsCopy == nil ? nil : queue(Self.transactionStart)
@@ -348,6 +349,7 @@ struct BatchPlan: Sendable {
                 try await guarded.copy(copy, logger: logger)
                 copied[copy.table] = copy.rowCount
             } catch { keep(error) }
+            if copy.table == "transaction_versions", failure == nil { transactions = queue(writes.transactions) }
         }
         // Every queued statement is awaited, in order. The error thrown is the one PostgreSQL met first: a statement
         // queued behind a failed one only reports that the transaction is aborted (25P02), and a first attempt's
