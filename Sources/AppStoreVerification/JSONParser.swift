@@ -34,15 +34,34 @@ extension JSONValue {
     /// Parses one JSON value from bytes and returns, for each of `keys`, the byte range (in `bytes`) of that member's
     /// value in the top-level object, or nil where it has no such member. A reader can then pass an embedded
     /// document on as the very text it arrived in instead of writing it again.
+    ///
+    /// With `skippingRecordedObjects`, a recorded member whose value is an object is checked exactly as it would be
+    /// parsed (the same errors at the same offsets: syntax, depth, UTF-8, duplicate keys) but not built: it appears in
+    /// the returned value as `null`, and its range is the only way to it. Only such skipped objects get a range then.
+    /// A reader that needs an embedded document only as text saves building (and freeing) its whole tree.
     public static func parse(
-        bytes: [UInt8], maxDepth: Int = JSONValue.defaultMaxDepth, recordingTopLevel keys: [String]
+        bytes: [UInt8], maxDepth: Int = JSONValue.defaultMaxDepth, recordingTopLevel keys: [String],
+        skippingRecordedObjects: Bool = false
     ) throws(JSONParseError) -> (value: JSONValue, ranges: [Range<Int>?]) {
         try bytes.withUnsafeBufferPointer { (buf) throws(JSONParseError) in
             var p = JSONParser(buffer: buf, maxDepth: maxDepth)
             p.recordedKeys = keys
             p.recorded = Array(repeating: nil, count: keys.count)
+            p.skipRecordedObjects = skippingRecordedObjects
             let value = try p.parseDocument()
             return (value, p.recorded)
+        }
+    }
+
+    /// Calls `body` with each member of the JSON object `text`, in the order they occur, without building the object
+    /// itself (nested values are built). For text already checked (e.g. a member skipped by
+    /// `parse(bytes:maxDepth:recordingTopLevel:skippingRecordedObjects:)`): duplicate keys are not looked for.
+    public static func forEachMember(
+        ofObject text: String, maxDepth: Int = JSONValue.defaultMaxDepth, _ body: (String, JSONValue) -> Void
+    ) throws(JSONParseError) {
+        try withUTF8Bytes(text) { (buf) throws(JSONParseError) in
+            var p = JSONParser(buffer: buf, maxDepth: maxDepth)
+            try p.parseMembers(body)
         }
     }
 
@@ -60,6 +79,8 @@ struct JSONParser {
     /// Top-level members whose values' byte ranges are recorded in `recorded` (same order).
     var recordedKeys: [String] = []
     var recorded: [Range<Int>?] = []
+    /// Recorded top-level members whose value is an object are checked but not built (`null` in their place).
+    var skipRecordedObjects = false
 
     init(buffer: UnsafeBufferPointer<UInt8>, maxDepth: Int) {
         self.buf = buffer
@@ -145,8 +166,23 @@ struct JSONParser {
             i += 1
             skipWhitespace()
             let valueStart = i
-            let value = try parseValue()
-            if depth == 1, !recordedKeys.isEmpty, let k = recordedKeys.firstIndex(of: key) { recorded[k] = valueStart..<i }
+            let value: JSONValue
+            if depth == 1, !recordedKeys.isEmpty, let k = recordedKeys.firstIndex(of: key) {
+                if skipRecordedObjects {
+                    if i < buf.count, buf[i] == UInt8(ascii: "{") {
+                        try skipObject()
+                        recorded[k] = valueStart..<i
+                    } else {
+                        recorded[k] = nil
+                    }
+                    value = recorded[k] == nil ? try parseValue() : .null
+                } else {
+                    value = try parseValue()
+                    recorded[k] = valueStart..<i
+                }
+            } else {
+                value = try parseValue()
+            }
             if dict.updateValue(value, forKey: key) != nil {
                 throw fail("duplicate key \"\(key)\"", at: keyStart)
             }
@@ -187,6 +223,165 @@ struct JSONParser {
         return .array(arr)
     }
 
+    // MARK: checking without building (the same checks, in the same order, with the same errors as parsing)
+
+    mutating func skipValue() throws(JSONParseError) {
+        guard i < buf.count else { throw fail("unexpected end of JSON") }
+        switch buf[i] {
+        case UInt8(ascii: "{"): try skipObject()
+        case UInt8(ascii: "["): try skipArray()
+        case UInt8(ascii: "\""): _ = try skipString()
+        default: _ = try parseValue()  // a number or a literal: nothing to free
+        }
+    }
+
+    mutating func skipObject() throws(JSONParseError) {
+        try enter()
+        i += 1  // {
+        skipWhitespace()
+        if i < buf.count && buf[i] == UInt8(ascii: "}") {
+            i += 1
+            depth -= 1
+            return
+        }
+        // Each key's text (between its quotes), and whether it is plain ASCII without escapes: two plain keys are
+        // the same key exactly when their bytes are; any other pair is compared as the parser's dictionary compares
+        // its keys (decoded Strings, canonically equivalent ones equal).
+        var keys: [(text: Range<Int>, plain: Bool)] = []
+        while true {
+            skipWhitespace()
+            guard i < buf.count, buf[i] == UInt8(ascii: "\"") else { throw fail("expected a string key") }
+            let keyStart = i
+            let plain = try skipString()
+            let key = (text: (keyStart + 1)..<(i - 1), plain: plain)
+            skipWhitespace()
+            guard i < buf.count, buf[i] == UInt8(ascii: ":") else { throw fail("expected ':'") }
+            i += 1
+            skipWhitespace()
+            try skipValue()
+            if keys.contains(where: { sameKey($0, key) }) {
+                throw fail("duplicate key \"\(decodedKey(key.text))\"", at: keyStart)
+            }
+            keys.append(key)
+            skipWhitespace()
+            guard i < buf.count else { throw fail("unterminated object") }
+            let c = buf[i]
+            i += 1
+            if c == UInt8(ascii: ",") { continue }
+            if c == UInt8(ascii: "}") { break }
+            throw fail("expected ',' or '}'", at: i - 1)
+        }
+        depth -= 1
+    }
+
+    func sameKey(_ a: (text: Range<Int>, plain: Bool), _ b: (text: Range<Int>, plain: Bool)) -> Bool {
+        if a.plain && b.plain {
+            guard a.text.count == b.text.count else { return false }
+            return buf[a.text].elementsEqual(buf[b.text])
+        }
+        return decodedKey(a.text) == decodedKey(b.text)
+    }
+
+    /// The string whose text (between its quotes) is `text`, already checked.
+    func decodedKey(_ text: Range<Int>) -> String {
+        var p = JSONParser(buffer: buf, maxDepth: maxDepth)
+        p.i = text.lowerBound - 1
+        return (try? p.parseString()) ?? ""
+    }
+
+    mutating func skipArray() throws(JSONParseError) {
+        try enter()
+        i += 1  // [
+        skipWhitespace()
+        if i < buf.count && buf[i] == UInt8(ascii: "]") {
+            i += 1
+            depth -= 1
+            return
+        }
+        while true {
+            skipWhitespace()
+            try skipValue()
+            skipWhitespace()
+            guard i < buf.count else { throw fail("unterminated array") }
+            let c = buf[i]
+            i += 1
+            if c == UInt8(ascii: ",") { continue }
+            if c == UInt8(ascii: "]") { break }
+            throw fail("expected ',' or ']'", at: i - 1)
+        }
+        depth -= 1
+    }
+
+    /// Checks the string starting at the opening quote; true when it is plain (ASCII, no escape), whose text is then
+    /// its bytes. Anything else goes through `parseString`, which throws the parser's own error.
+    mutating func skipString() throws(JSONParseError) -> Bool {
+        if let end = plainStringEnd(from: i + 1) {
+            i = end + 1
+            return true
+        }
+        _ = try parseString()
+        return false
+    }
+
+    /// The index of the closing quote of a plain string whose text starts at `start`: nil at an escape, a control
+    /// or non-ASCII byte, or the end of the buffer.
+    func plainStringEnd(from start: Int) -> Int? {
+        var j = start
+        let n = buf.count
+        let raw = UnsafeRawPointer(buf.baseAddress!)
+        while j + 8 <= n, Self.isPlain(raw.loadUnaligned(fromByteOffset: j, as: UInt64.self)) { j += 8 }
+        while j < n {
+            let c = buf[j]
+            if c == UInt8(ascii: "\"") { return j }
+            if c == UInt8(ascii: "\\") || c < 0x20 || c >= 0x80 { return nil }
+            j += 1
+        }
+        return nil
+    }
+
+    /// The members of the object filling the buffer (surrounding whitespace allowed), in order.
+    mutating func parseMembers(_ body: (String, JSONValue) -> Void) throws(JSONParseError) {
+        skipWhitespace()
+        guard i < buf.count, buf[i] == UInt8(ascii: "{") else { throw fail("expected an object") }
+        try enter()
+        i += 1
+        skipWhitespace()
+        if i < buf.count, buf[i] == UInt8(ascii: "}") {
+            i += 1
+        } else {
+            while true {
+                skipWhitespace()
+                guard i < buf.count, buf[i] == UInt8(ascii: "\"") else { throw fail("expected a string key") }
+                let key = try parseString()
+                skipWhitespace()
+                guard i < buf.count, buf[i] == UInt8(ascii: ":") else { throw fail("expected ':'") }
+                i += 1
+                skipWhitespace()
+                body(key, try parseValue())
+                skipWhitespace()
+                guard i < buf.count else { throw fail("unterminated object") }
+                let c = buf[i]
+                i += 1
+                if c == UInt8(ascii: ",") { continue }
+                if c == UInt8(ascii: "}") { break }
+                throw fail("expected ',' or '}'", at: i - 1)
+            }
+        }
+        depth -= 1
+        skipWhitespace()
+        if i != buf.count { throw fail("unexpected data after the JSON value") }
+    }
+
+    /// Whether none of the 8 bytes of `w` is '"', '\\', a control byte or a non-ASCII byte (SWAR; "any byte
+    /// matches" is exact for these bit tricks).
+    @inline(__always) static func isPlain(_ w: UInt64) -> Bool {
+        let ones: UInt64 = 0x0101_0101_0101_0101
+        let q = w ^ (ones &* 0x22)
+        let b = w ^ (ones &* 0x5C)
+        let special = ((q &- ones) & ~q) | ((b &- ones) & ~b) | ((w &- ones &* 0x20) & ~w) | w
+        return special & 0x8080_8080_8080_8080 == 0
+    }
+
     /// Parses a string starting at the opening quote.
     mutating func parseString() throws(JSONParseError) -> String {
         let start = i + 1
@@ -196,18 +391,8 @@ struct JSONParser {
         // Fast scan, 8 bytes at a time (SWAR): stop at a chunk holding '"', '\\', a control byte or a non-ASCII byte,
         // then look at that chunk byte by byte. ("any byte matches" is exact for these bit tricks.)
         let raw = UnsafeRawPointer(buf.baseAddress!)
-        let ones: UInt64 = 0x0101_0101_0101_0101
-        let highs: UInt64 = 0x8080_8080_8080_8080
         scan: while true {
-            while j + 8 <= n {
-                let w = raw.loadUnaligned(fromByteOffset: j, as: UInt64.self)
-                let q = w ^ (ones &* 0x22)
-                let b = w ^ (ones &* 0x5C)
-                let special =
-                    ((q &- ones) & ~q) | ((b &- ones) & ~b) | ((w &- ones &* 0x20) & ~w) | w
-                if special & highs != 0 { break }
-                j += 8
-            }
+            while j + 8 <= n, Self.isPlain(raw.loadUnaligned(fromByteOffset: j, as: UInt64.self)) { j += 8 }
             let end = Swift.min(j + 8, n)
             while j < end {
                 let c = buf[j]

@@ -76,14 +76,22 @@ extension EntitlementEvent {
 
     /// Decodes an event and, with `keepingDocumentTexts`, the JSON text of the documents it embeds exactly as
     /// `bytes` carries them (see `EventDocumentTexts`).
+    ///
+    /// With `parsingDocuments` false (and `keepingDocumentTexts`), the documents are checked as strictly as when
+    /// parsed, and the same records are refused with the same reasons, but they are not built: the event holds their
+    /// texts (`EmbeddedDocument`) and parses one only if it is read. The event is equal to the one parsing gives. For
+    /// a reader that stores the documents as text and reads few of them (the sink).
     public static func decode(
-        jsonBytes bytes: [UInt8], keepingDocumentTexts: Bool
+        jsonBytes bytes: [UInt8], keepingDocumentTexts: Bool, parsingDocuments: Bool = true
     ) throws(DecodingError) -> (event: EntitlementEvent, documents: EventDocumentTexts) {
         let root: JSONValue
         var ranges: [Range<Int>?] = []
+        let textsOnly = keepingDocumentTexts && !parsingDocuments
         do {
             if keepingDocumentTexts {
-                (root, ranges) = try JSONValue.parse(bytes: bytes, maxDepth: 64, recordingTopLevel: EventDocumentTexts.keys)
+                (root, ranges) = try JSONValue.parse(
+                    bytes: bytes, maxDepth: 64, recordingTopLevel: EventDocumentTexts.keys,
+                    skippingRecordedObjects: textsOnly)
             } else {
                 root = try JSONValue.parse(bytes: bytes, maxDepth: 64)
             }
@@ -139,10 +147,22 @@ extension EntitlementEvent {
             units: optInt("units").map { Int($0) }, entitlement: optStr("entitlement"),
             transaction: optObj("transaction"), renewalInfo: optObj("renewalInfo"),
             appTransaction: optObj("appTransaction"), details: optObj("details"))
-        // The text of a document the event holds (an object, already decoded above), cut from the record.
+        // The text of a document the event holds (an object: decoded above, or only checked), cut from the record.
         func text(_ k: Int, _ document: JSONValue?) -> String? {
-            guard document != nil, k < ranges.count, let range = ranges[k] else { return nil }
+            guard document != nil || textsOnly, k < ranges.count, let range = ranges[k] else { return nil }
             return String(decoding: bytes[range], as: UTF8.self)
+        }
+        if textsOnly {
+            // The documents were checked, not built: the event holds their texts (shared with `EventDocumentTexts`).
+            let texts = EventDocumentTexts(
+                transaction: text(0, nil), renewalInfo: text(1, nil), appTransaction: text(2, nil), details: text(3, nil))
+            var event = event
+            let fields = event.unique()
+            fields.fields.transaction = texts.transaction.map(EmbeddedDocument.init(checkedText:))
+            fields.fields.renewalInfo = texts.renewalInfo.map(EmbeddedDocument.init(checkedText:))
+            fields.fields.appTransaction = texts.appTransaction.map(EmbeddedDocument.init(checkedText:))
+            fields.fields.details = texts.details.map(EmbeddedDocument.init(checkedText:))
+            return (event, texts)
         }
         return (event, EventDocumentTexts(
             transaction: text(0, event.transaction), renewalInfo: text(1, event.renewalInfo),

@@ -17,13 +17,15 @@ extension EntitlementEvent {
         decodeForSink(bytes, keepingDocumentTexts: false).map(\.event)
     }
 
-    /// The same, with the JSON text of the embedded documents as the record carries them (`EventDocumentTexts`).
+    /// The same, with the JSON text of the embedded documents as the record carries them (`EventDocumentTexts`);
+    /// with `parsingDocuments` false, only that text (see `decode(jsonBytes:keepingDocumentTexts:parsingDocuments:)`).
     public static func decodeForSink(
-        _ bytes: [UInt8], keepingDocumentTexts: Bool
+        _ bytes: [UInt8], keepingDocumentTexts: Bool, parsingDocuments: Bool = true
     ) -> Result<(event: EntitlementEvent, documents: EventDocumentTexts), EventDecodeFailure> {
         let decoded: (event: EntitlementEvent, documents: EventDocumentTexts)
         do {
-            decoded = try EntitlementEvent.decode(jsonBytes: bytes, keepingDocumentTexts: keepingDocumentTexts)
+            decoded = try EntitlementEvent.decode(
+                jsonBytes: bytes, keepingDocumentTexts: keepingDocumentTexts, parsingDocuments: parsingDocuments)
         } catch {
             let reason = error.reason.hasPrefix("unsupported schema") ? "unsupported_schema" : "undecodable"
             return .failure(EventDecodeFailure(reason: reason, detail: error.reason))

@@ -107,13 +107,13 @@ public struct EntitlementEvent: Codable, Sendable, Equatable {
         /// Catalogue: the entitlement name this product unlocks (defaults to the productId when no catalogue is set).
         public var entitlement: String?
         /// The decoded, verified transaction (all of Apple's fields, unknown ones kept), when there is one.
-        public var transaction: JSONValue?
+        public var transaction: EmbeddedDocument?
         /// The decoded, verified renewal info, when there is one.
-        public var renewalInfo: JSONValue?
+        public var renewalInfo: EmbeddedDocument?
         /// The decoded, verified AppTransaction (RESCIND_CONSENT, client AppTransaction), when there is one.
-        public var appTransaction: JSONValue?
+        public var appTransaction: EmbeddedDocument?
         /// Notification-level extras that are not a transaction: `summary`, `externalPurchaseToken`, `data.status`, ...
-        public var details: JSONValue?
+        public var details: EmbeddedDocument?
     }
 
     /// Mutated only through `unique()`, i.e. only while this event is its sole owner: safe to share across tasks.
@@ -267,23 +267,23 @@ public struct EntitlementEvent: Codable, Sendable, Equatable {
     }
     /// The decoded, verified transaction (all of Apple's fields, unknown ones kept), when there is one.
     public var transaction: JSONValue? {
-        @inlinable get { storage.fields.transaction }
-        @inlinable set { unique().fields.transaction = newValue }
+        @inlinable get { storage.fields.transaction?.value }
+        @inlinable set { unique().fields.transaction = newValue.map(EmbeddedDocument.init) }
     }
     /// The decoded, verified renewal info, when there is one.
     public var renewalInfo: JSONValue? {
-        @inlinable get { storage.fields.renewalInfo }
-        @inlinable set { unique().fields.renewalInfo = newValue }
+        @inlinable get { storage.fields.renewalInfo?.value }
+        @inlinable set { unique().fields.renewalInfo = newValue.map(EmbeddedDocument.init) }
     }
     /// The decoded, verified AppTransaction (RESCIND_CONSENT, client AppTransaction), when there is one.
     public var appTransaction: JSONValue? {
-        @inlinable get { storage.fields.appTransaction }
-        @inlinable set { unique().fields.appTransaction = newValue }
+        @inlinable get { storage.fields.appTransaction?.value }
+        @inlinable set { unique().fields.appTransaction = newValue.map(EmbeddedDocument.init) }
     }
     /// Notification-level extras that are not a transaction: `summary`, `externalPurchaseToken`, `data.status`, ...
     public var details: JSONValue? {
-        @inlinable get { storage.fields.details }
-        @inlinable set { unique().fields.details = newValue }
+        @inlinable get { storage.fields.details?.value }
+        @inlinable set { unique().fields.details = newValue.map(EmbeddedDocument.init) }
     }
 
     public init(
@@ -306,6 +306,49 @@ public struct EntitlementEvent: Codable, Sendable, Equatable {
             validUntil: validUntil, revocationDate: revocationDate, revocationReason: revocationReason,
             revocationType: revocationType, revocationPercentage: revocationPercentage, notification: notification,
             signedDate: signedDate, verifiedAt: verifiedAt, source: source, units: units, entitlement: entitlement,
-            transaction: transaction, renewalInfo: renewalInfo, appTransaction: appTransaction, details: details))
+            transaction: transaction.map(EmbeddedDocument.init), renewalInfo: renewalInfo.map(EmbeddedDocument.init),
+            appTransaction: appTransaction.map(EmbeddedDocument.init), details: details.map(EmbeddedDocument.init)))
     }
+}
+
+/// A document an event embeds (`transaction`, `renewalInfo`, `appTransaction`, `details`): parsed, or the JSON text
+/// it arrived in, already checked, and parsed only when it is read. The sink's decoder keeps the text
+/// (`decode(jsonBytes:keepingDocumentTexts:parsingDocuments:)`): the sink stores that text and reads a document only
+/// where a rule needs it, so most documents are never built. Two are equal when their documents are; encoded as the
+/// document.
+public struct EmbeddedDocument: Sendable, Equatable, Codable {
+    @usableFromInline enum Form: Sendable {
+        case parsed(JSONValue)
+        case text(String)
+    }
+
+    @usableFromInline let form: Form
+
+    public init(_ value: JSONValue) { form = .parsed(value) }
+
+    /// JSON text of an object that a strict parse has already accepted with nesting up to 64 (as the sink's decoder
+    /// checks it); it is parsed again each time `value` is read.
+    init(checkedText text: String) { form = .text(text) }
+
+    /// The document.
+    @inlinable public var value: JSONValue {
+        switch form {
+        case .parsed(let value): return value
+        case .text(let text): return Self.parse(text)
+        }
+    }
+
+    @usableFromInline static func parse(_ text: String) -> JSONValue {
+        // Already checked: a failure here would be a bug in the check, not bad input.
+        guard let value = try? JSONValue.parse(text, maxDepth: 64) else {
+            preconditionFailure("a checked document text no longer parses")
+        }
+        return value
+    }
+
+    public static func == (a: EmbeddedDocument, b: EmbeddedDocument) -> Bool { a.value == b.value }
+
+    public init(from decoder: any Decoder) throws { form = .parsed(try JSONValue(from: decoder)) }
+
+    public func encode(to encoder: any Encoder) throws { try value.encode(to: encoder) }
 }

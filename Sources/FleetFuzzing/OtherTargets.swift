@@ -31,12 +31,26 @@ enum Base64Target {
 }
 
 /// `event`: the sink's decoder refuses with its three codes, what it accepts survives encode/decode unchanged, and
-/// the document texts it keeps parse to exactly the documents it decoded.
+/// the document texts it keeps parse to exactly the documents it decoded; keeping only the texts (the documents
+/// checked, not built) refuses the same records with the same details and gives an equal event and the same texts.
 enum EventTarget {
     static func run(_ data: UnsafeBufferPointer<UInt8>) throws(InvariantViolation) {
         let bytes = Array(data)
         let plain = EntitlementEvent.decodeForSink(bytes)
-        switch EntitlementEvent.decodeForSink(bytes, keepingDocumentTexts: true) {
+        let kept = EntitlementEvent.decodeForSink(bytes, keepingDocumentTexts: true)
+        switch (kept, EntitlementEvent.decodeForSink(bytes, keepingDocumentTexts: true, parsingDocuments: false)) {
+        case (.failure(let f), .failure(let g)):
+            if f != g { throw InvariantViolation(.event, "texts only: refused as \(g.reason) (\(g.detail)), not \(f.reason) (\(f.detail))") }
+        case (.success(let (event, documents)), .success(let (textsOnly, texts))):
+            // Equal events: the texts-only one parses its documents when compared.
+            if textsOnly != event { throw InvariantViolation(.event, "texts only: another event") }
+            if texts != documents { throw InvariantViolation(.event, "texts only: other document texts") }
+        case (.success, .failure(let g)):
+            throw InvariantViolation(.event, "texts only: refused (\(g.detail)) what parsing the documents accepts")
+        case (.failure, .success):
+            throw InvariantViolation(.event, "texts only: accepted what parsing the documents refuses")
+        }
+        switch kept {
         case .failure(let f):
             if case .success = plain { throw InvariantViolation(.event, "refused only when keeping the document texts") }
             try refusal(f)

@@ -136,12 +136,13 @@ extension BatchPlan {
         return String(decoding: droppingNUL(value).serializedBytes(keyOrder: .jsonb), as: UTF8.self)
     }
 
-    /// The text for a jsonb column of a document the event's record carried as `text` (parsed: `value`): that text
-    /// as it came, unless it holds an escaped NUL (jsonb refuses those; `jsonText` drops them) or is absent.
-    static func jsonText(_ text: String?, _ value: JSONValue?) -> String? {
-        guard value != nil else { return nil }
-        if var text, !(text.withUTF8 { containsEscapedNUL($0) }) { return text }
-        return jsonText(value)
+    /// The text for a jsonb column of a document the event's record carried as `text` (the document: `value`, read
+    /// only when needed): that text as it came, unless it holds an escaped NUL (jsonb refuses those; `jsonText` drops
+    /// them). Without a text, `value` written out; nil when the event has neither.
+    static func jsonText(_ text: String?, _ value: @autoclosure () -> JSONValue?) -> String? {
+        guard var text else { return jsonText(value()) }
+        if !(text.withUTF8 { containsEscapedNUL($0) }) { return text }
+        return jsonText(value() ?? (try? JSONValue.parse(text, maxDepth: 64)))
     }
 
     /// Whether `\u0000` occurs in JSON text (possibly preceded by an escaped backslash: then it is a false
@@ -178,19 +179,19 @@ extension BatchPlan {
     /// the newest of its transaction in the batch (the candidate current fact).
     struct TransactionVersions: Sendable {
         struct Version: Sendable {
-            var environment: String, transactionId: String, signedDate: Int64, payload: JSONValue
+            var environment: String, transactionId: String, signedDate: Int64, payload: String
             var eventId: String
             var columns: TransactionColumns
         }
         var versions: [Version] = []
         var isNewest: [Bool] = []
 
-        init?(_ events: [EntitlementEvent]) {
+        /// `texts`: by event id, each event's transaction text and columns (`BatchPlan.init`).
+        init?(_ events: [EntitlementEvent], texts: [String: EventTexts]) {
             var seen = Set<VersionKey>()
             versions.reserveCapacity(events.count)
             for event in events {
-                guard let payload = event.transaction else { continue }
-                let c = TransactionColumns(payload.objectValue ?? [:])
+                guard let t = texts[event.eventId], let payload = t.transaction, let c = t.transactionColumns else { continue }
                 guard let transactionId = c.transactionId ?? event.transactionId else { continue }
                 let signed = c.signedDate ?? event.signedDate
                 guard seen.insert(VersionKey(environment: event.environment, transactionId: transactionId, signedDate: signed)).inserted
@@ -211,10 +212,6 @@ extension BatchPlan {
             }
             isNewest = [Bool](repeating: false, count: versions.count)
             for i in newest.values { isNewest[i] = true }
-        }
-
-        func payloadText(_ v: Version, _ texts: [String: EventTexts]) -> String {
-            texts[v.eventId]?.transaction ?? BatchPlan.jsonText(v.payload) ?? "{}"
         }
     }
 
@@ -257,7 +254,7 @@ extension BatchPlan {
         b.column(column(\.revocationType), "text", as: "rt")
         b.column(column { int32($0.revocationPercentage) }, "integer", as: "rp")
         b.column(column(\.isUpgraded), "boolean", as: "up")
-        b.column(versions.map { all.payloadText($0, texts) }, "text", as: "p")
+        b.column(versions.map(\.payload), "text", as: "p")
         b.column(versions.map(\.eventId), "text", as: "ev")
         b.column(picked.map { all.isNewest[$0] }, "boolean", as: "cur")
         let columns = transactionColumns.joined(separator: ", ")
@@ -333,7 +330,7 @@ extension BatchPlan {
             t.timestamp(c.originalPurchaseDate); t.timestamp(c.expiresDate); t.timestamp(c.revocationDate)
             t.int32(c.revocationReason.flatMap { Int32(exactly: $0) }); t.text(c.revocationType)
             t.int32(c.revocationPercentage.flatMap { Int32(exactly: $0) }); t.boolean(c.isUpgraded)
-            t.jsonb(all.payloadText(v, texts)); t.text(v.eventId)
+            t.jsonb(v.payload); t.text(v.eventId)
             t.endRow()
         }
         return CopyRows(table: "transaction_versions", columns: transactionColumns, rows: t)
@@ -460,28 +457,36 @@ struct TransactionColumns {
     var isUpgraded: Bool?
 
     init(_ members: [String: JSONValue]) {
-        for (key, value) in members {
-            switch key {
-            case "transactionId": transactionId = value.stringValue
-            case "originalTransactionId": originalTransactionId = value.stringValue
-            case "webOrderLineItemId": webOrderLineItemId = value.stringValue
-            case "bundleId": bundleId = value.stringValue
-            case "productId": productId = value.stringValue
-            case "type": type = value.stringValue
-            case "appAccountToken": appAccountToken = value.stringValue
-            case "inAppOwnershipType": inAppOwnershipType = value.stringValue
-            case "revocationType": revocationType = value.stringValue
-            case "signedDate": signedDate = value.int64Value
-            case "quantity": quantity = value.int64Value
-            case "purchaseDate": purchaseDate = value.int64Value
-            case "originalPurchaseDate": originalPurchaseDate = value.int64Value
-            case "expiresDate": expiresDate = value.int64Value
-            case "revocationDate": revocationDate = value.int64Value
-            case "revocationReason": revocationReason = value.int64Value
-            case "revocationPercentage": revocationPercentage = value.int64Value
-            case "isUpgraded": isUpgraded = value.boolValue
-            default: break
-            }
+        for (key, value) in members { set(key, value) }
+    }
+
+    /// From the text of a transaction document already checked by the sink's decoder, member by member, without
+    /// building the document. Text that is not a JSON object gives no columns.
+    init(json text: String) {
+        try? JSONValue.forEachMember(ofObject: text, maxDepth: 64) { set($0, $1) }
+    }
+
+    private mutating func set(_ key: String, _ value: JSONValue) {
+        switch key {
+        case "transactionId": transactionId = value.stringValue
+        case "originalTransactionId": originalTransactionId = value.stringValue
+        case "webOrderLineItemId": webOrderLineItemId = value.stringValue
+        case "bundleId": bundleId = value.stringValue
+        case "productId": productId = value.stringValue
+        case "type": type = value.stringValue
+        case "appAccountToken": appAccountToken = value.stringValue
+        case "inAppOwnershipType": inAppOwnershipType = value.stringValue
+        case "revocationType": revocationType = value.stringValue
+        case "signedDate": signedDate = value.int64Value
+        case "quantity": quantity = value.int64Value
+        case "purchaseDate": purchaseDate = value.int64Value
+        case "originalPurchaseDate": originalPurchaseDate = value.int64Value
+        case "expiresDate": expiresDate = value.int64Value
+        case "revocationDate": revocationDate = value.int64Value
+        case "revocationReason": revocationReason = value.int64Value
+        case "revocationPercentage": revocationPercentage = value.int64Value
+        case "isUpgraded": isUpgraded = value.boolValue
+        default: break
         }
     }
 }

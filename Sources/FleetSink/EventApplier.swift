@@ -83,13 +83,15 @@ public struct PreparedBatch: Sendable {
     public var count: Int { plan.events.count }
 }
 
-/// The JSON text of an event's payload columns, computed once per event before the database transaction.
+/// The JSON text of an event's payload columns, computed once per event before the database transaction, and the
+/// columns read from its transaction document.
 struct EventTexts: Sendable {
     var notification: String? = nil
     var transaction: String?
     var renewalInfo: String?
     var appTransaction: String?
     var details: String?
+    var transactionColumns: TransactionColumns? = nil
 }
 
 /// Everything a batch needs, prepared before the transaction starts.
@@ -107,11 +109,19 @@ struct BatchPlan: Sendable {
         for i in order where texts[events[i].eventId] == nil {
             let e = events[i]
             let d = documents.flatMap { i < $0.count ? $0[i] : nil }
+            // The sink's decoder keeps the documents' texts (`parsingDocuments: false`): a document is read (and so
+            // parsed) only without a text or for the rare escaped NUL; events built otherwise (tests, tools) carry
+            // the documents themselves.
             var t = EventTexts(
                 transaction: Self.jsonText(d?.transaction, e.transaction),
                 renewalInfo: Self.jsonText(d?.renewalInfo, e.renewalInfo),
                 appTransaction: Self.jsonText(d?.appTransaction, e.appTransaction),
                 details: Self.jsonText(d?.details, e.details))
+            if let text = d?.transaction {
+                t.transactionColumns = TransactionColumns(json: text)
+            } else if let document = e.transaction {
+                t.transactionColumns = TransactionColumns(document.objectValue ?? [:])
+            }
             // The notification's payload embeds the same documents: their text is reused, not written again.
             t.notification = e.notification.map { Self.notificationPayload(e, $0, parts: t) }
             texts[e.eventId] = t
@@ -159,7 +169,7 @@ struct BatchPlan: Sendable {
             let copy = stored == .fail
             notificationsCopy = copy ? BatchPlan.notificationsCopy(events, texts: texts) : nil
             if notificationsCopy == nil { notifications = BatchPlan.notificationsQuery(events, texts: texts, stored: stored) }
-            if let versions = BatchPlan.TransactionVersions(events) {
+            if let versions = BatchPlan.TransactionVersions(events, texts: texts) {
                 versionsCopy = copy ? BatchPlan.transactionVersionsCopy(versions, texts: texts) : nil
                 transactions = BatchPlan.transactionsQuery(
                     versions, texts: texts, stored: stored, currentOnly: versionsCopy != nil)

@@ -35,6 +35,54 @@ import Testing
         #expect(throws: JSONParseError.self) { try JSONValue.parse(bytes: Array(#"{"x":1,"x":2}"#.utf8), recordingTopLevel: ["x"]) }
     }
 
+    @Test("a skipped member is checked exactly as parsing it would: the same documents accepted, the same errors at the same offsets")
+    func skippedMembersAreCheckedAsParsed() throws {
+        let inner = [
+            #"{}"#, #"{"a":1}"#, #"{"a":{"b":[1,{"c":"d"}]},"e":"é\n\u00e9"}"#, #" { "a" : [ ] , "b" : { } } "#,
+            #"{"a":1,"a":2}"#, #"{"a":1,"\u0061":2}"#, #"{"K":1,"\u212a":2}"#, #"{"é":1,"e\u0301":2}"#,
+            #"{"a":[1,2}"#, #"{"a":"x\q"}"#, #"{"a":"\ud800"}"#, #"{"a":01}"#, #"{"a" 1}"#, #"{"a":1,}"#, #"{1:2}"#,
+            #"{"a":tru}"#, #"{"a":"abcdefghijklmnop\u0000qrs"}"#, #"{"a":"x"#, "{\"a\":\"\u{1}\"}",
+            String(repeating: #"{"a":"#, count: 70) + "1" + String(repeating: "}", count: 70), #"{"a":[[[[]]]],"b":-1.5e-3}"#,
+            #"{"long key with spaces and more":"a value that is longer than eight bytes","x":true}"#,
+        ]
+        for document in inner {
+            for text in [#"{"x":\#(document),"y":2}"#, #"{"y":[],"x":\#(document)}"#, #"{"x":\#(document)"#] {
+                let bytes = Array(text.utf8)
+                let parsed = Result { () throws(JSONParseError) in try JSONValue.parse(bytes: bytes, maxDepth: 64, recordingTopLevel: ["x"]) }
+                let skipped = Result { () throws(JSONParseError) in
+                    try JSONValue.parse(bytes: bytes, maxDepth: 64, recordingTopLevel: ["x"], skippingRecordedObjects: true)
+                }
+                switch (parsed, skipped) {
+                case (.failure(let a), .failure(let b)):
+                    #expect(a == b, "\(text)")
+                case (.success(let a), .success(let b)):
+                    #expect(a.ranges == b.ranges, "\(text)")
+                    guard case .object(var members) = a.value else { Issue.record("not an object: \(text)"); continue }
+                    members["x"] = JSONValue.null
+                    #expect(b.value == JSONValue.object(members), "\(text)")
+                default:
+                    Issue.record("skipping changed the verdict for \(text): \(parsed) against \(skipped)")
+                }
+            }
+        }
+        // A recorded member that is not an object is parsed as usual, and gets no range.
+        let scalar = try JSONValue.parse(bytes: Array(#"{"x":[1],"y":"z"}"#.utf8), recordingTopLevel: ["x", "y"], skippingRecordedObjects: true)
+        #expect(scalar.ranges == [nil, nil])
+        #expect(scalar.value == (try JSONValue.parse(#"{"x":[1],"y":"z"}"#)))
+    }
+
+    @Test("members of an object's text one by one, in order")
+    func membersOfAnObjectText() throws {
+        var seen: [(String, JSONValue)] = []
+        try JSONValue.forEachMember(ofObject: #" {"b":1, "a":{"c":[true]},"é":"x\ty"} "#) { seen.append(($0, $1)) }
+        #expect(seen.map(\.0) == ["b", "a", "é"])
+        #expect(seen.map(\.1) == [.integer(1), .object(["c": .array([.bool(true)])]), .string("x\ty")])
+        try JSONValue.forEachMember(ofObject: "{}") { _, _ in Issue.record("no member expected") }
+        #expect(throws: JSONParseError.self) { try JSONValue.forEachMember(ofObject: "[1]") { _, _ in } }
+        #expect(throws: JSONParseError.self) { try JSONValue.forEachMember(ofObject: #"{"a":1} x"#) { _, _ in } }
+        #expect(throws: JSONParseError.self) { try JSONValue.forEachMember(ofObject: #"{"a":1"#) { _, _ in } }
+    }
+
     @Test func rejectsDuplicateKeys() {
         do {
             _ = try JSONValue.parse(#"{"bundleId":"a","bundleId":"b"}"#)

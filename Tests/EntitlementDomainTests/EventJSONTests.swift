@@ -35,6 +35,36 @@ struct EventJSONTests {
         #expect(try EntitlementEvent(jsonBytes: Array(data)) == Self.full)
     }
 
+    @Test("the sink's texts-only decode: the documents checked, not built, the same refusals")
+    func textsOnlyDecode() throws {
+        let bytes = Self.full.jsonBytes()
+        let (event, texts) = try EntitlementEvent.decode(jsonBytes: bytes, keepingDocumentTexts: true, parsingDocuments: false)
+        #expect(event == Self.full)
+        #expect(event.transaction == Self.full.transaction && event.renewalInfo == Self.full.renewalInfo)
+        #expect(event.appTransaction == nil && event.details == nil)
+        #expect(event.jsonBytes() == bytes, "encoded from the texts as from the documents")
+        #expect(try JSONDecoder().decode(EntitlementEvent.self, from: JSONEncoder().encode(event)) == Self.full)
+        #expect(try texts.transaction.map { try JSONValue.parse($0) } == Self.full.transaction)
+        #expect(try texts.renewalInfo.map { try JSONValue.parse($0) } == Self.full.renewalInfo)
+        #expect(texts.appTransaction == nil && texts.details == nil)
+        // A document with a duplicate key, a bad escape or an unclosed array is refused exactly as when it is parsed.
+        let wire = String(decoding: bytes, as: UTF8.self)
+        for broken in [
+            wire.replacingOccurrences(of: #""price":9990"#, with: #""price":9990,"price":1"#),
+            wire.replacingOccurrences(of: #""price":9990"#, with: #""price":"\x""#),
+            wire.replacingOccurrences(of: #""autoRenewStatus":1"#, with: #""autoRenewStatus":[1"#),
+        ] {
+            #expect(broken != wire)
+            let parsed = EntitlementEvent.decodeForSink(Array(broken.utf8), keepingDocumentTexts: true)
+            let textsOnly = EntitlementEvent.decodeForSink(Array(broken.utf8), keepingDocumentTexts: true, parsingDocuments: false)
+            guard case .failure(let a) = parsed, case .failure(let b) = textsOnly else {
+                Issue.record("accepted: \(broken)")
+                continue
+            }
+            #expect(a == b)
+        }
+    }
+
     @Test("another schema version and non-events are refused with a reason")
     func refusals() {
         var other = Self.full

@@ -437,6 +437,10 @@ struct BatchPreparationTests {
         #expect(texts.appTransaction == nil && texts.details == nil)
         let a = try JSONValue.parse(bytes: Array(try #require(texts.notification).utf8))
         #expect(a["transaction"] == event.transaction && a["renewalInfo"]?["note"]?.stringValue == "backslash")
+        // The transaction's columns are read from its text, as they would be from the document.
+        let columns = try #require(texts.transactionColumns)
+        #expect(columns.transactionId == e.transaction?["transactionId"]?.stringValue && columns.transactionId != nil)
+        #expect(columns.expiresDate == e.transaction?["expiresDate"]?.int64Value && columns.expiresDate != nil)
     }
 
     @Test("the notification payload spliced from pre-written parts is the same document as one written whole")
