@@ -146,46 +146,63 @@ struct JSONParser {
     }
 
     mutating func parseObject() throws(JSONParseError) -> JSONValue {
+        var dict: [String: JSONValue] = [:]
+        try walkObject(key: { (p) throws(JSONParseError) in try p.parseString() }) { (p, key, keyStart) throws(JSONParseError) in
+            if dict.isEmpty { dict.reserveCapacity(16) }
+            let value = try p.memberValue(key)
+            if dict.updateValue(value, forKey: key) != nil {
+                throw p.fail("duplicate key \"\(key)\"", at: keyStart)
+            }
+        }
+        return .object(dict)
+    }
+
+    /// The value of the member `key` (at its first byte). The range of a recorded top-level member is noted; with
+    /// `skipRecordedObjects`, an object there is checked, not built, and stands as `null`.
+    mutating func memberValue(_ key: String) throws(JSONParseError) -> JSONValue {
+        guard depth == 1, !recordedKeys.isEmpty, let k = recordedKeys.firstIndex(of: key) else { return try parseValue() }
+        let valueStart = i
+        if skipRecordedObjects {
+            guard i < buf.count, buf[i] == UInt8(ascii: "{") else { return try parseValue() }
+            try skipObject()
+            recorded[k] = valueStart..<i
+            return .null
+        }
+        let value = try parseValue()
+        recorded[k] = valueStart..<i
+        return value
+    }
+
+    mutating func parseArray() throws(JSONParseError) -> JSONValue {
+        var arr: [JSONValue] = []
+        try walkArray { (p) throws(JSONParseError) in arr.append(try p.parseValue()) }
+        return .array(arr)
+    }
+
+    /// The syntax of the object at `i` (its '{'), its depth bounded: each member's key is read by `key` (from its
+    /// opening quote), then its value by `value` (from its first byte), given the key and the offset of its quote.
+    @inline(__always) mutating func walkObject<Key>(
+        key readKey: (inout JSONParser) throws(JSONParseError) -> Key,
+        value readValue: (inout JSONParser, Key, Int) throws(JSONParseError) -> Void
+    ) throws(JSONParseError) {
         try enter()
         i += 1  // {
-        var dict: [String: JSONValue] = [:]
         skipWhitespace()
         if i < buf.count && buf[i] == UInt8(ascii: "}") {
             i += 1
             depth -= 1
-            return .object(dict)
+            return
         }
-        dict.reserveCapacity(16)
         while true {
             skipWhitespace()
             guard i < buf.count, buf[i] == UInt8(ascii: "\"") else { throw fail("expected a string key") }
             let keyStart = i
-            let key = try parseString()
+            let key = try readKey(&self)
             skipWhitespace()
             guard i < buf.count, buf[i] == UInt8(ascii: ":") else { throw fail("expected ':'") }
             i += 1
             skipWhitespace()
-            let valueStart = i
-            let value: JSONValue
-            if depth == 1, !recordedKeys.isEmpty, let k = recordedKeys.firstIndex(of: key) {
-                if skipRecordedObjects {
-                    if i < buf.count, buf[i] == UInt8(ascii: "{") {
-                        try skipObject()
-                        recorded[k] = valueStart..<i
-                    } else {
-                        recorded[k] = nil
-                    }
-                    value = recorded[k] == nil ? try parseValue() : .null
-                } else {
-                    value = try parseValue()
-                    recorded[k] = valueStart..<i
-                }
-            } else {
-                value = try parseValue()
-            }
-            if dict.updateValue(value, forKey: key) != nil {
-                throw fail("duplicate key \"\(key)\"", at: keyStart)
-            }
+            try readValue(&self, key, keyStart)
             skipWhitespace()
             guard i < buf.count else { throw fail("unterminated object") }
             let c = buf[i]
@@ -195,22 +212,23 @@ struct JSONParser {
             throw fail("expected ',' or '}'", at: i - 1)
         }
         depth -= 1
-        return .object(dict)
     }
 
-    mutating func parseArray() throws(JSONParseError) -> JSONValue {
+    /// The syntax of the array at `i` (its '['), its depth bounded: each element is read by `element`.
+    @inline(__always) mutating func walkArray(
+        _ element: (inout JSONParser) throws(JSONParseError) -> Void
+    ) throws(JSONParseError) {
         try enter()
         i += 1  // [
-        var arr: [JSONValue] = []
         skipWhitespace()
         if i < buf.count && buf[i] == UInt8(ascii: "]") {
             i += 1
             depth -= 1
-            return .array(arr)
+            return
         }
         while true {
             skipWhitespace()
-            arr.append(try parseValue())
+            try element(&self)
             skipWhitespace()
             guard i < buf.count else { throw fail("unterminated array") }
             let c = buf[i]
@@ -220,7 +238,6 @@ struct JSONParser {
             throw fail("expected ',' or ']'", at: i - 1)
         }
         depth -= 1
-        return .array(arr)
     }
 
     // MARK: checking without building (the same checks, in the same order, with the same errors as parsing)
@@ -236,42 +253,21 @@ struct JSONParser {
     }
 
     mutating func skipObject() throws(JSONParseError) {
-        try enter()
-        i += 1  // {
-        skipWhitespace()
-        if i < buf.count && buf[i] == UInt8(ascii: "}") {
-            i += 1
-            depth -= 1
-            return
-        }
         // Each key's text (between its quotes), and whether it is plain ASCII without escapes: two plain keys are
         // the same key exactly when their bytes are; any other pair is compared as the parser's dictionary compares
         // its keys (decoded Strings, canonically equivalent ones equal).
         var keys: [(text: Range<Int>, plain: Bool)] = []
-        while true {
-            skipWhitespace()
-            guard i < buf.count, buf[i] == UInt8(ascii: "\"") else { throw fail("expected a string key") }
-            let keyStart = i
-            let plain = try skipString()
-            let key = (text: (keyStart + 1)..<(i - 1), plain: plain)
-            skipWhitespace()
-            guard i < buf.count, buf[i] == UInt8(ascii: ":") else { throw fail("expected ':'") }
-            i += 1
-            skipWhitespace()
-            try skipValue()
-            if keys.contains(where: { sameKey($0, key) }) {
-                throw fail("duplicate key \"\(decodedKey(key.text))\"", at: keyStart)
+        try walkObject(key: { (p) throws(JSONParseError) in
+            let quote = p.i
+            let plain = try p.skipString()
+            return (text: (quote + 1)..<(p.i - 1), plain: plain)
+        }) { (p, key, keyStart) throws(JSONParseError) in
+            try p.skipValue()
+            if keys.contains(where: { p.sameKey($0, key) }) {
+                throw p.fail("duplicate key \"\(p.decodedKey(key.text))\"", at: keyStart)
             }
             keys.append(key)
-            skipWhitespace()
-            guard i < buf.count else { throw fail("unterminated object") }
-            let c = buf[i]
-            i += 1
-            if c == UInt8(ascii: ",") { continue }
-            if c == UInt8(ascii: "}") { break }
-            throw fail("expected ',' or '}'", at: i - 1)
         }
-        depth -= 1
     }
 
     func sameKey(_ a: (text: Range<Int>, plain: Bool), _ b: (text: Range<Int>, plain: Bool)) -> Bool {
@@ -290,26 +286,7 @@ struct JSONParser {
     }
 
     mutating func skipArray() throws(JSONParseError) {
-        try enter()
-        i += 1  // [
-        skipWhitespace()
-        if i < buf.count && buf[i] == UInt8(ascii: "]") {
-            i += 1
-            depth -= 1
-            return
-        }
-        while true {
-            skipWhitespace()
-            try skipValue()
-            skipWhitespace()
-            guard i < buf.count else { throw fail("unterminated array") }
-            let c = buf[i]
-            i += 1
-            if c == UInt8(ascii: ",") { continue }
-            if c == UInt8(ascii: "]") { break }
-            throw fail("expected ',' or ']'", at: i - 1)
-        }
-        depth -= 1
+        try walkArray { (p) throws(JSONParseError) in try p.skipValue() }
     }
 
     /// Checks the string starting at the opening quote; true when it is plain (ASCII, no escape), whose text is then
@@ -343,31 +320,9 @@ struct JSONParser {
     mutating func parseMembers(_ body: (String, JSONValue) -> Void) throws(JSONParseError) {
         skipWhitespace()
         guard i < buf.count, buf[i] == UInt8(ascii: "{") else { throw fail("expected an object") }
-        try enter()
-        i += 1
-        skipWhitespace()
-        if i < buf.count, buf[i] == UInt8(ascii: "}") {
-            i += 1
-        } else {
-            while true {
-                skipWhitespace()
-                guard i < buf.count, buf[i] == UInt8(ascii: "\"") else { throw fail("expected a string key") }
-                let key = try parseString()
-                skipWhitespace()
-                guard i < buf.count, buf[i] == UInt8(ascii: ":") else { throw fail("expected ':'") }
-                i += 1
-                skipWhitespace()
-                body(key, try parseValue())
-                skipWhitespace()
-                guard i < buf.count else { throw fail("unterminated object") }
-                let c = buf[i]
-                i += 1
-                if c == UInt8(ascii: ",") { continue }
-                if c == UInt8(ascii: "}") { break }
-                throw fail("expected ',' or '}'", at: i - 1)
-            }
+        try walkObject(key: { (p) throws(JSONParseError) in try p.parseString() }) { (p, key, _) throws(JSONParseError) in
+            body(key, try p.parseValue())
         }
-        depth -= 1
         skipWhitespace()
         if i != buf.count { throw fail("unexpected data after the JSON value") }
     }
