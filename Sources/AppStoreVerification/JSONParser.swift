@@ -146,14 +146,18 @@ struct JSONParser {
     }
 
     mutating func parseObject() throws(JSONParseError) -> JSONValue {
+        if try opens(closing: UInt8(ascii: "}")) { return .object([:]) }
         var dict: [String: JSONValue] = [:]
-        try walkObject(key: { (p) throws(JSONParseError) in try p.parseString() }) { (p, key, keyStart) throws(JSONParseError) in
-            if dict.isEmpty { dict.reserveCapacity(16) }
-            let value = try p.memberValue(key)
+        dict.reserveCapacity(16)
+        repeat {
+            let keyStart = try keyStarts()
+            let key = try parseString()
+            try colon()
+            let value = try memberValue(key)
             if dict.updateValue(value, forKey: key) != nil {
-                throw p.fail("duplicate key \"\(key)\"", at: keyStart)
+                throw fail("duplicate key \"\(key)\"", at: keyStart)
             }
-        }
+        } while try another(closing: UInt8(ascii: "}"))
         return .object(dict)
     }
 
@@ -174,70 +178,54 @@ struct JSONParser {
     }
 
     mutating func parseArray() throws(JSONParseError) -> JSONValue {
+        if try opens(closing: UInt8(ascii: "]")) { return .array([]) }
         var arr: [JSONValue] = []
-        try walkArray { (p) throws(JSONParseError) in arr.append(try p.parseValue()) }
+        repeat {
+            skipWhitespace()
+            arr.append(try parseValue())
+        } while try another(closing: UInt8(ascii: "]"))
         return .array(arr)
     }
 
-    /// The syntax of the object at `i` (its '{'), its depth bounded: each member's key is read by `key` (from its
-    /// opening quote), then its value by `value` (from its first byte), given the key and the offset of its quote.
-    @inline(__always) mutating func walkObject<Key>(
-        key readKey: (inout JSONParser) throws(JSONParseError) -> Key,
-        value readValue: (inout JSONParser, Key, Int) throws(JSONParseError) -> Void
-    ) throws(JSONParseError) {
+    // The pieces of an object's and an array's syntax, shared by parsing, checking and member-by-member reading.
+
+    /// At an object's or array's opening byte: one level deeper (bounded); true when it is empty (then consumed).
+    @inline(__always) mutating func opens(closing: UInt8) throws(JSONParseError) -> Bool {
         try enter()
-        i += 1  // {
+        i += 1
         skipWhitespace()
-        if i < buf.count && buf[i] == UInt8(ascii: "}") {
-            i += 1
-            depth -= 1
-            return
-        }
-        while true {
-            skipWhitespace()
-            guard i < buf.count, buf[i] == UInt8(ascii: "\"") else { throw fail("expected a string key") }
-            let keyStart = i
-            let key = try readKey(&self)
-            skipWhitespace()
-            guard i < buf.count, buf[i] == UInt8(ascii: ":") else { throw fail("expected ':'") }
-            i += 1
-            skipWhitespace()
-            try readValue(&self, key, keyStart)
-            skipWhitespace()
-            guard i < buf.count else { throw fail("unterminated object") }
-            let c = buf[i]
-            i += 1
-            if c == UInt8(ascii: ",") { continue }
-            if c == UInt8(ascii: "}") { break }
-            throw fail("expected ',' or '}'", at: i - 1)
-        }
+        guard i < buf.count, buf[i] == closing else { return false }
+        i += 1
         depth -= 1
+        return true
     }
 
-    /// The syntax of the array at `i` (its '['), its depth bounded: each element is read by `element`.
-    @inline(__always) mutating func walkArray(
-        _ element: (inout JSONParser) throws(JSONParseError) -> Void
-    ) throws(JSONParseError) {
-        try enter()
-        i += 1  // [
+    /// Before a member: the offset of its key's opening quote.
+    @inline(__always) mutating func keyStarts() throws(JSONParseError) -> Int {
         skipWhitespace()
-        if i < buf.count && buf[i] == UInt8(ascii: "]") {
-            i += 1
-            depth -= 1
-            return
-        }
-        while true {
-            skipWhitespace()
-            try element(&self)
-            skipWhitespace()
-            guard i < buf.count else { throw fail("unterminated array") }
-            let c = buf[i]
-            i += 1
-            if c == UInt8(ascii: ",") { continue }
-            if c == UInt8(ascii: "]") { break }
-            throw fail("expected ',' or ']'", at: i - 1)
-        }
+        guard i < buf.count, buf[i] == UInt8(ascii: "\"") else { throw fail("expected a string key") }
+        return i
+    }
+
+    /// Between a member's key and its value.
+    @inline(__always) mutating func colon() throws(JSONParseError) {
+        skipWhitespace()
+        guard i < buf.count, buf[i] == UInt8(ascii: ":") else { throw fail("expected ':'") }
+        i += 1
+        skipWhitespace()
+    }
+
+    /// After a member or an element: true at ',', false at `closing` (the container then ends, one level up).
+    @inline(__always) mutating func another(closing: UInt8) throws(JSONParseError) -> Bool {
+        let object = closing == UInt8(ascii: "}")
+        skipWhitespace()
+        guard i < buf.count else { throw fail(object ? "unterminated object" : "unterminated array") }
+        let c = buf[i]
+        i += 1
+        if c == UInt8(ascii: ",") { return true }
+        guard c == closing else { throw fail(object ? "expected ',' or '}'" : "expected ',' or ']'", at: i - 1) }
         depth -= 1
+        return false
     }
 
     // MARK: checking without building (the same checks, in the same order, with the same errors as parsing)
@@ -253,21 +241,22 @@ struct JSONParser {
     }
 
     mutating func skipObject() throws(JSONParseError) {
+        if try opens(closing: UInt8(ascii: "}")) { return }
         // Each key's text (between its quotes), and whether it is plain ASCII without escapes: two plain keys are
         // the same key exactly when their bytes are; any other pair is compared as the parser's dictionary compares
         // its keys (decoded Strings, canonically equivalent ones equal).
         var keys: [(text: Range<Int>, plain: Bool)] = []
-        try walkObject(key: { (p) throws(JSONParseError) in
-            let quote = p.i
-            let plain = try p.skipString()
-            return (text: (quote + 1)..<(p.i - 1), plain: plain)
-        }) { (p, key, keyStart) throws(JSONParseError) in
-            try p.skipValue()
-            if keys.contains(where: { p.sameKey($0, key) }) {
-                throw p.fail("duplicate key \"\(p.decodedKey(key.text))\"", at: keyStart)
+        repeat {
+            let keyStart = try keyStarts()
+            let plain = try skipString()
+            let key = (text: (keyStart + 1)..<(i - 1), plain: plain)
+            try colon()
+            try skipValue()
+            if keys.contains(where: { sameKey($0, key) }) {
+                throw fail("duplicate key \"\(decodedKey(key.text))\"", at: keyStart)
             }
             keys.append(key)
-        }
+        } while try another(closing: UInt8(ascii: "}"))
     }
 
     func sameKey(_ a: (text: Range<Int>, plain: Bool), _ b: (text: Range<Int>, plain: Bool)) -> Bool {
@@ -286,7 +275,11 @@ struct JSONParser {
     }
 
     mutating func skipArray() throws(JSONParseError) {
-        try walkArray { (p) throws(JSONParseError) in try p.skipValue() }
+        if try opens(closing: UInt8(ascii: "]")) { return }
+        repeat {
+            skipWhitespace()
+            try skipValue()
+        } while try another(closing: UInt8(ascii: "]"))
     }
 
     /// Checks the string starting at the opening quote; true when it is plain (ASCII, no escape), whose text is then
@@ -320,8 +313,13 @@ struct JSONParser {
     mutating func parseMembers(_ body: (String, JSONValue) -> Void) throws(JSONParseError) {
         skipWhitespace()
         guard i < buf.count, buf[i] == UInt8(ascii: "{") else { throw fail("expected an object") }
-        try walkObject(key: { (p) throws(JSONParseError) in try p.parseString() }) { (p, key, _) throws(JSONParseError) in
-            body(key, try p.parseValue())
+        if try !opens(closing: UInt8(ascii: "}")) {
+            repeat {
+                _ = try keyStarts()
+                let key = try parseString()
+                try colon()
+                body(key, try parseValue())
+            } while try another(closing: UInt8(ascii: "}"))
         }
         skipWhitespace()
         if i != buf.count { throw fail("unexpected data after the JSON value") }
