@@ -33,7 +33,10 @@ struct RevocationHoldTests {
         }
         _ = try await publish(cluster.bootstrapServers, topic: "raw", partitions: 2, values: values)
 
-        let fetcher = OCSPHTTPFetcher(timeout: .seconds(1))
+        // While the responder is down a fetch is refused at once, so this bound only matters once it is back: a
+        // fetch that reaches it must not time out on a loaded machine, or a second request follows the first (seen in
+        // a fresh-clone `make test` on 2 cores: 2 requests instead of 1, the test itself taking 131 s).
+        let fetcher = OCSPHTTPFetcher(timeout: .seconds(10))
         let cache = RevocationCache(
             settings: RevocationSettings(mode: .hard, failureRetryMillis: 100),
             fetch: { await fetcher.fetch(request: $0, uri: $1) })
