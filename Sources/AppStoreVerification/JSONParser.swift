@@ -341,8 +341,7 @@ struct JSONParser {
         var j = start
         var highBit: UInt8 = 0
         let n = buf.count
-        // Fast scan, 8 bytes at a time (SWAR): stop at a chunk holding '"', '\\', a control byte or a non-ASCII byte,
-        // then look at that chunk byte by byte. ("any byte matches" is exact for these bit tricks.)
+        // Fast scan, 8 bytes at a time (`isPlain`), then the chunk that stopped it byte by byte.
         let raw = UnsafeRawPointer(buf.baseAddress!)
         scan: while true {
             while j + 8 <= n, Self.isPlain(raw.loadUnaligned(fromByteOffset: j, as: UInt64.self)) { j += 8 }

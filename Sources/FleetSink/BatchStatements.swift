@@ -222,16 +222,11 @@ extension BatchPlan {
         "revocation_type", "revocation_percentage", "is_upgraded", "payload", "event_id",
     ]
 
-    /// Returns one row: (versions inserted, current facts inserted or replaced). With `currentOnly`, only the
-    /// current facts are written (the versions are copied: `transactionVersionsCopy`) and the first count is 0.
-    /// `stored`: what a transaction version already stored does to its insert (`StoredRows`); the current fact is an
-    /// upsert either way.
-    static func transactionsQuery(
-        _ all: TransactionVersions, texts: [String: EventTexts], stored: StoredRows, currentOnly: Bool = false
-    ) -> PostgresQuery {
-        let picked = currentOnly ? all.versions.indices.filter { all.isNewest[$0] } : Array(all.versions.indices)
-        let versions = picked.map { all.versions[$0] }
-        if currentOnly { return currentFactsFromCopiedVersions(versions) }
+    /// Returns one row: (versions inserted, current facts inserted or replaced). `stored`: what a transaction version
+    /// already stored does to its insert (`StoredRows`); the current fact is an upsert either way. (A batch whose
+    /// versions are copied writes its current facts with `currentFactsFromCopiedVersions`.)
+    static func transactionsQuery(_ all: TransactionVersions, stored: StoredRows) -> PostgresQuery {
+        let versions = all.versions
         func column<T>(_ value: (TransactionColumns) -> T?) -> [T?] { versions.map { value($0.columns) } }
         func int32(_ value: Int64?) -> Int32? { value.flatMap { Int32(exactly: $0) } }
         var b = ColumnBinds()
@@ -256,23 +251,13 @@ extension BatchPlan {
         b.column(column(\.isUpgraded), "boolean", as: "up")
         b.column(versions.map(\.payload), "text", as: "p")
         b.column(versions.map(\.eventId), "text", as: "ev")
-        b.column(picked.map { all.isNewest[$0] }, "boolean", as: "cur")
+        b.column(all.isNewest, "boolean", as: "cur")
         let columns = transactionColumns.joined(separator: ", ")
         let select = """
             env, txn, sd, fleet_ms(sd), ot, wo, bu, pr, ty, tok, own, qty, fleet_ms(pd), fleet_ms(opd), fleet_ms(ex),
             fleet_ms(rd), rr, rt, rp, up, pj, ev
             """
-        let updates = transactionColumns.filter { $0 != "environment" && $0 != "transaction_id" }
-            .map { "\($0) = EXCLUDED.\($0)" }.joined(separator: ", ")
-        let current = """
-            cur AS (
-                INSERT INTO transactions (\(columns))
-                SELECT \(select) FROM v WHERE v.cur
-                ON CONFLICT (environment, transaction_id) DO UPDATE SET \(updates)
-                WHERE transactions.signed_date_ms < EXCLUDED.signed_date_ms
-                RETURNING 1
-            )
-            """
+        let current = currentFactsUpsert("SELECT \(select) FROM v WHERE v.cur")
         return b.query("""
             WITH v AS (
                 -- Materialized once (used twice): the payload is parsed into jsonb once per version.
@@ -292,31 +277,40 @@ extension BatchPlan {
     /// ~8 % of the backend's time in `bench sink`), and three arrays are bound instead of twenty-two. The
     /// `LIMIT 1` keeps the lateral subquery from being flattened into a join the planner might run as a hash join
     /// over the whole table: each key is one probe of the version's primary key.
-    static func currentFactsFromCopiedVersions(_ versions: [TransactionVersions.Version]) -> PostgresQuery {
+    static func currentFactsFromCopiedVersions(_ all: TransactionVersions) -> PostgresQuery {
+        let versions = all.versions.indices.filter { all.isNewest[$0] }.map { all.versions[$0] }
         var b = ColumnBinds()
         b.column(versions.map(\.environment), "text", as: "env")
         b.column(versions.map(\.transactionId), "text", as: "txn")
         b.column(versions.map(\.signedDate), "bigint", as: "sd")
-        let columns = transactionColumns.joined(separator: ", ")
+        let upsert = currentFactsUpsert("""
+            SELECT v.* FROM \(b.rows()) CROSS JOIN LATERAL (
+                SELECT \(transactionColumns.joined(separator: ", ")) FROM transaction_versions
+                WHERE environment = x.env AND transaction_id = x.txn AND signed_date_ms = x.sd LIMIT 1
+            ) AS v
+            """)
+        return b.query("WITH \(upsert) SELECT 0::bigint, (SELECT count(*) FROM cur)")
+    }
+
+    /// `cur AS (...)`: the upsert of current transaction facts from the rows `select` gives (every column of
+    /// `transactionColumns`, in order), a stored fact replaced only by a newer one; returns a row per fact written.
+    static func currentFactsUpsert(_ select: String) -> String {
         let updates = transactionColumns.filter { $0 != "environment" && $0 != "transaction_id" }
             .map { "\($0) = EXCLUDED.\($0)" }.joined(separator: ", ")
-        return b.query("""
-            WITH cur AS (
-                INSERT INTO transactions (\(columns))
-                SELECT v.* FROM \(b.rows()) CROSS JOIN LATERAL (
-                    SELECT \(columns) FROM transaction_versions
-                    WHERE environment = x.env AND transaction_id = x.txn AND signed_date_ms = x.sd LIMIT 1
-                ) AS v
+        return """
+            cur AS (
+                INSERT INTO transactions (\(transactionColumns.joined(separator: ", ")))
+                \(select)
                 ON CONFLICT (environment, transaction_id) DO UPDATE SET \(updates)
                 WHERE transactions.signed_date_ms < EXCLUDED.signed_date_ms
                 RETURNING 1
-            ) SELECT 0::bigint, (SELECT count(*) FROM cur)
-            """)
+            )
+            """
     }
 
     /// Every transaction version of a batch whose rows are all assumed new, for a binary COPY; nil when a date is
     /// outside `CopyBinary.isWritable` (then `transactionsQuery` writes them).
-    static func transactionVersionsCopy(_ all: TransactionVersions, texts: [String: EventTexts]) -> CopyRows? {
+    static func transactionVersionsCopy(_ all: TransactionVersions) -> CopyRows? {
         var t = CopyBinary(columns: transactionColumns.count, capacity: all.versions.count * 2048)
         for v in all.versions {
             let c = v.columns

@@ -170,9 +170,9 @@ struct BatchPlan: Sendable {
             notificationsCopy = copy ? BatchPlan.notificationsCopy(events, texts: texts) : nil
             if notificationsCopy == nil { notifications = BatchPlan.notificationsQuery(events, texts: texts, stored: stored) }
             if let versions = BatchPlan.TransactionVersions(events, texts: texts) {
-                versionsCopy = copy ? BatchPlan.transactionVersionsCopy(versions, texts: texts) : nil
-                transactions = BatchPlan.transactionsQuery(
-                    versions, texts: texts, stored: stored, currentOnly: versionsCopy != nil)
+                versionsCopy = copy ? BatchPlan.transactionVersionsCopy(versions) : nil
+                transactions = versionsCopy == nil
+                    ? BatchPlan.transactionsQuery(versions, stored: stored) : BatchPlan.currentFactsFromCopiedVersions(versions)
             }
             eventsCopy = copy ? BatchPlan.eventsCopy(events, texts: texts) : nil
             if eventsCopy == nil { self.events = BatchPlan.eventsStatement(events, texts: texts, stored: stored) }
