@@ -90,9 +90,12 @@ public struct KafkaConfiguration: Sendable {
         "queued.max.messages.kbytes": "20480", "max.partition.fetch.bytes": "131072", "fetch.max.bytes": "8388608",
     ]
 
-    /// `properties` with `boundedFetchDefaults` added where absent.
-    public static func withBoundedFetch(_ properties: [String: String]) -> [String: String] {
-        properties.merging(boundedFetchDefaults) { own, _ in own }
+    /// `properties` with `boundedFetchDefaults` added where absent; `requestBytes`, when given, is the default
+    /// `fetch.max.bytes` instead of 8 MB (the worker's: a fetch response is held whole until its messages are parsed).
+    public static func withBoundedFetch(_ properties: [String: String], requestBytes: Int? = nil) -> [String: String] {
+        var defaults = boundedFetchDefaults
+        if let requestBytes { defaults["fetch.max.bytes"] = String(requestBytes) }
+        return properties.merging(defaults) { own, _ in own }
     }
 
     public static func isSecret(_ key: String) -> Bool {

@@ -125,11 +125,15 @@ struct Worker: AsyncParsableCommand {
         // alone would be most of the worker's memory) filled by small fetches (128 KB per partition, 8 MB per
         // request), so that a fetch response rarely overshoots the queue bound and trips 2.0.2's 1-second fetch
         // backoff. (With 16 MB and 256 KB it did: the worker waited ~0.5 s for input in every 4 s of `fleet bench
-        // worker` and ran at 0.86 x single-thread verify; with 20 MB and 128 KB, 1.03-1.13 x at 145 MB RSS.) Outputs waiting for their delivery report are bounded at 10,000 (a rejected record carries its
+        // worker` and ran at 0.86 x single-thread verify; with 20 MB and 128 KB, 1.03-1.13 x at 145 MB RSS.) A fetch
+        // request asks for at most 4 MB instead of the sink's 8 MB: librdkafka holds a response's whole buffer while it
+        // parses it, and the worker's memory swung by ~30 MB per cycle (`fleet bench worker`, 6 alternated pairs:
+        // peak RSS 129.1-139.1 MB, mean 134.8, against 140.9-145.4, mean 142.6; 1.18-1.42 x against 1.17-1.31 x).
+        // Outputs waiting for their delivery report are bounded at 10,000 (a rejected record carries its
         // 10-20 KB input; the producer's 100,000 default could hold far more than the whole worker's budget), beyond
         // which emission waits. Measured with `fleet bench worker`; each can be overridden through kafka properties.
         var properties = try s.kafkaProperties(flag: service.kafkaProperties)
-        properties = KafkaConfiguration.withBoundedFetch(properties)
+        properties = KafkaConfiguration.withBoundedFetch(properties, requestBytes: 4 << 20)
         var kafka = KafkaConfiguration(
             bootstrapServers: bootstrap, clientId: "fleet-worker", properties: properties, maxInFlightMessages: 10_000,
             offsetResetPolicy: try offsetResetPolicy(s, service), maxBufferedMessages: 2_000)

@@ -358,4 +358,21 @@ import Testing
         let p = try KafkaProducer(configuration: sasl)
         p.close(timeout: .milliseconds(10))
     }
+
+    @Test func boundedFetchFillsOnlyWhatTheOperatorLeftOut() async throws {
+        let sink = KafkaConfiguration.withBoundedFetch([:])
+        #expect(sink == ["queued.max.messages.kbytes": "20480", "max.partition.fetch.bytes": "131072", "fetch.max.bytes": "8388608"])
+        // The worker's smaller requests (a fetch response is held whole while it is parsed).
+        let worker = KafkaConfiguration.withBoundedFetch(["linger.ms": "1"], requestBytes: 4 << 20)
+        #expect(worker["fetch.max.bytes"] == "4194304")
+        #expect(worker["queued.max.messages.kbytes"] == "20480" && worker["linger.ms"] == "1")
+        // An operator's value wins over either default.
+        let own = KafkaConfiguration.withBoundedFetch(["fetch.max.bytes": "1048576", "queued.max.messages.kbytes": "65536"],
+                                                      requestBytes: 4 << 20)
+        #expect(own["fetch.max.bytes"] == "1048576" && own["queued.max.messages.kbytes"] == "65536")
+        // librdkafka accepts the worker's set as consumer properties.
+        let consumer = try KafkaConsumer(
+            configuration: KafkaConfiguration(bootstrapServers: "127.0.0.1:1", properties: worker), groupId: "g", topics: ["t"])
+        _ = await consumer.close(deadline: .seconds(2))
+    }
 }
