@@ -127,8 +127,8 @@ struct Worker: AsyncParsableCommand {
         // backoff. (With 16 MB and 256 KB it did: the worker waited ~0.5 s for input in every 4 s of `fleet bench
         // worker` and ran at 0.86 x single-thread verify; with 20 MB and 128 KB, 1.03-1.13 x at 145 MB RSS.) A fetch
         // request asks for at most 4 MB instead of the sink's 8 MB: librdkafka holds a response's whole buffer while it
-        // parses it, and the worker's memory swung by ~30 MB per cycle (`fleet bench worker`, 6 alternated pairs:
-        // peak RSS 129.1-139.1 MB, mean 134.8, against 140.9-145.4, mean 142.6; 1.18-1.42 x against 1.17-1.31 x).
+        // parses it, and the worker's RSS swung by ~30 MB during a run (`fleet bench worker`, 9 alternated pairs:
+        // peak RSS 129.1-140.7 MB, mean ~136, against 140.2-145.9, mean ~143; 1.18-1.42 x against 1.17-1.32 x).
         // Outputs waiting for their delivery report are bounded at 10,000 (a rejected record carries its
         // 10-20 KB input; the producer's 100,000 default could hold far more than the whole worker's budget), beyond
         // which emission waits. Measured with `fleet bench worker`; each can be overridden through kafka properties.
