@@ -122,8 +122,8 @@ struct Worker: AsyncParsableCommand {
         }
         // Memory: raw inputs are large (a notification is 10-20 KB), so the worker keeps a modest prefetch:
         // 2,000 messages handed over but not yet processed, librdkafka's own fetch queue at 20 MB (its 64 MB default
-        // alone would be most of the worker's memory) filled by small fetches (128 KB per partition, 8 MB per
-        // request), so that a fetch response rarely overshoots the queue bound and trips 2.0.2's 1-second fetch
+        // alone would be most of the worker's memory) filled by small fetches (128 KB per partition, 4 MB per
+        // request: below), so that a fetch response rarely overshoots the queue bound and trips 2.0.2's 1-second fetch
         // backoff. (With 16 MB and 256 KB it did: the worker waited ~0.5 s for input in every 4 s of `fleet bench
         // worker` and ran at 0.86 x single-thread verify; with 20 MB and 128 KB, 1.03-1.13 x at 145 MB RSS.) A fetch
         // request asks for at most 4 MB instead of the sink's 8 MB: librdkafka holds a response's whole buffer while it
