@@ -40,6 +40,10 @@ struct ConsumerState {
     var holding = false
     var joined = false
     var stopRequested = false
+    /// The poll thread stopped polling for backpressure since the last fetch wake (`stalledFetchPositions`).
+    var fetchMayStall = false
+    /// Seeks made to wake a stalled fetch (tests, logs).
+    var fetchWakes = 0
     /// The poll thread has finished closing; the handle is destroyed or about to be.
     var handleGone = false
     var fatal: KafkaError?
@@ -177,6 +181,32 @@ struct ConsumerState {
         }
     }
 
+    /// After backpressure, once a poll found librdkafka's queue empty: the partitions to seek to the next offset this
+    /// consumer expects, so that librdkafka fetches again at once instead of up to a second later.
+    ///
+    /// While the application is behind, the poll thread stops polling and librdkafka's prefetch queue fills to
+    /// `queued.max.messages.kbytes`. librdkafka 2.0.2 then takes its partitions out of the fetch and its broker thread
+    /// sleeps until something wakes it, at the latest after a second (2.4 made that pause configurable as
+    /// `fetch.queue.backoff.ms`). A consumer that drains the queue faster than that waits with nothing to do: `fleet
+    /// bench worker` on a fast machine, with notifications of ~14 KB, 20 MB of queue lasted ~0.45 s and the worker
+    /// then idled ~0.4 s of every cycle. A seek is one of the few things that wakes the broker thread; seeking to the
+    /// offset after the last message polled drops nothing (the queue is empty: at most a fetch in flight is fetched
+    /// again) and hands out nothing twice (librdkafka discards messages fetched before the seek).
+    ///
+    /// Only partitions with messages behind the last one polled (the high watermark of their last fetch, from
+    /// `highWatermark`) are sought, blocked ones never; armed again by the next backpressure.
+    mutating func stalledFetchPositions(highWatermark: (TopicPartition) -> Int64?) -> [TopicPartition: Int64] {
+        guard fetchMayStall, !stopRequested, !handleGone else { return [:] }
+        fetchMayStall = false
+        var positions: [TopicPartition: Int64] = [:]
+        for tp in assignment where !blocked.contains(tp) {
+            guard let next = fetched[tp], let high = highWatermark(tp), high > next else { continue }
+            positions[tp] = next
+        }
+        if !positions.isEmpty { fetchWakes += 1 }
+        return positions
+    }
+
     /// Messages waiting in the buffer per partition: how many, and the first offset.
     func bufferedPerPartition() -> [TopicPartition: (count: Int, first: Int64)] {
         var out: [TopicPartition: (count: Int, first: Int64)] = [:]
@@ -276,7 +306,10 @@ final class ConsumerCore: RDKafkaClientOwner {
         var batch: [KafkaMessage] = []
         batch.reserveCapacity(1000)
         while true {
-            let (stop, full) = state.withLock { s in (s.stopRequested, s.buffered >= maxBuffered) }
+            let (stop, full, mayStall) = state.withLock { s in
+                if s.buffered >= maxBuffered { s.fetchMayStall = true }
+                return (s.stopRequested, s.buffered >= maxBuffered, s.fetchMayStall)
+            }
             if stop { break }
             if full {
                 // Backpressure: let the application catch up; messages stay in librdkafka's bounded fetch queue.
@@ -285,7 +318,8 @@ final class ConsumerCore: RDKafkaClientOwner {
                 }.forEach { $0.continuation.resume(returning: .success([])) }
                 continue
             }
-            handle.poll(timeoutMilliseconds: 100, into: &batch) { error in
+            // After backpressure, an empty queue is noticed within 5 ms (`wakeStalledFetch`).
+            handle.poll(timeoutMilliseconds: mayStall ? 5 : 100, into: &batch) { error in
                 if error.isFatal {
                     setFatal(error)
                 } else {
@@ -293,6 +327,7 @@ final class ConsumerCore: RDKafkaClientOwner {
                 }
             }
             applyPendingResets(handle)
+            if batch.isEmpty && mayStall { wakeStalledFetch(handle) }
             var ready: [(BatchWaiter, Result<[KafkaMessage], KafkaError>)] = []
             state.withLock { s in
                 if !batch.isEmpty {
@@ -330,6 +365,24 @@ final class ConsumerCore: RDKafkaClientOwner {
         closeDone.withLock { $0 = true }
         closeDone.broadcast()
     }
+
+    /// Poll thread, after a poll found librdkafka's queue empty following backpressure: seeks the partitions that
+    /// have more to fetch to where they stand, which wakes librdkafka's fetch (`ConsumerState.stalledFetchPositions`).
+    private func wakeStalledFetch(_ handle: RDKafkaConsumerHandle) {
+        // librdkafka is asked for the watermarks outside the state lock (its callbacks take that lock). Nothing else
+        // polls or seeks meanwhile: rebalances are served by this thread's polls.
+        let candidates = state.withLock { s in s.fetchMayStall ? s.assignment : [] }
+        var highs: [TopicPartition: Int64] = [:]
+        for tp in candidates { if let w = handle.cachedWatermarks(tp) { highs[tp] = w.high } }
+        let positions = state.withLock { s in s.stalledFetchPositions { highs[$0] } }
+        guard !positions.isEmpty else { return }
+        let refused = handle.seek(positions)
+        logger.debug("fetch woken after backpressure", metadata: [
+            "partitions": "\(positions.count)", "refused": "\(refused.count)",
+        ])
+    }
+
+    var fetchWakes: Int { state.withLock { $0.fetchWakes } }
 
     private func expireWaiters(_ s: inout ConsumerState) -> [BatchWaiter] {
         guard !s.waiters.isEmpty else { return [] }

@@ -83,18 +83,23 @@ public struct KafkaConfiguration: Sendable {
 
     /// librdkafka properties whose values are secrets (passwords, keys, tokens): never printed.
     /// Bounded consumer fetch settings for the fleet's long-running consumers (worker, sink) where an operator's
-    /// `--kafka-property` does not set them. librdkafka 2.0.2's defaults pre-fetch up to 64 MB per consumer; with 20 MB
-    /// filled 128 KB per partition at a time the local queue stays under its bound (over it, librdkafka stops
-    /// fetching a partition for a hard-coded ~1 s, which starved the worker) and the process's memory stays bounded.
+    /// `--kafka-property` does not set them. librdkafka 2.0.2's defaults pre-fetch up to 64 MB per consumer; 20 MB
+    /// filled 128 KB per partition at a time keeps the process's memory bounded. When the local queue reaches its
+    /// bound, librdkafka 2.0.2 stops fetching for up to a second; the consumer wakes it as soon as it has drained the
+    /// queue (`ConsumerState.stalledFetchPositions`), so the bound no longer has to hold a second of input.
     public static let boundedFetchDefaults = [
         "queued.max.messages.kbytes": "20480", "max.partition.fetch.bytes": "131072", "fetch.max.bytes": "8388608",
     ]
 
     /// `properties` with `boundedFetchDefaults` added where absent; `requestBytes`, when given, is the default
-    /// `fetch.max.bytes` instead of 8 MB (the worker's: a fetch response is held whole until its messages are parsed).
-    public static func withBoundedFetch(_ properties: [String: String], requestBytes: Int? = nil) -> [String: String] {
+    /// `fetch.max.bytes` instead of 8 MB (the worker's: a fetch response is held whole until its messages are parsed),
+    /// `queueKilobytes` the default `queued.max.messages.kbytes` instead of 20 MB.
+    public static func withBoundedFetch(
+        _ properties: [String: String], requestBytes: Int? = nil, queueKilobytes: Int? = nil
+    ) -> [String: String] {
         var defaults = boundedFetchDefaults
         if let requestBytes { defaults["fetch.max.bytes"] = String(requestBytes) }
+        if let queueKilobytes { defaults["queued.max.messages.kbytes"] = String(queueKilobytes) }
         return properties.merging(defaults) { own, _ in own }
     }
 

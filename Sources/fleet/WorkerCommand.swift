@@ -121,19 +121,21 @@ struct Worker: AsyncParsableCommand {
             catalogue = try ProductCatalogue.load(path: path)
         }
         // Memory: raw inputs are large (a notification is 10-20 KB), so the worker keeps a modest prefetch:
-        // 2,000 messages handed over but not yet processed, librdkafka's own fetch queue at 20 MB (its 64 MB default
-        // alone would be most of the worker's memory) filled by small fetches (128 KB per partition, 4 MB per
-        // request: below), so that a fetch response rarely overshoots the queue bound and trips 2.0.2's 1-second fetch
-        // backoff. (With 16 MB and 256 KB it did: the worker waited ~0.5 s for input in every 4 s of `fleet bench
-        // worker` and ran at 0.86 x single-thread verify; with 20 MB and 128 KB, 1.03-1.13 x at 145 MB RSS.) A fetch
-        // request asks for at most 4 MB instead of the sink's 8 MB: librdkafka holds a response's whole buffer while it
-        // parses it, and the worker's RSS swung by ~30 MB during a run (`fleet bench worker`, 9 alternated pairs:
-        // peak RSS 129.1-140.7 MB, mean ~136, against 140.2-145.9, mean ~143; 1.18-1.42 x against 1.17-1.32 x).
-        // Outputs waiting for their delivery report are bounded at 10,000 (a rejected record carries its
-        // 10-20 KB input; the producer's 100,000 default could hold far more than the whole worker's budget), beyond
-        // which emission waits. Measured with `fleet bench worker`; each can be overridden through kafka properties.
+        // 2,000 messages handed over but not yet processed, and librdkafka's own fetch queue at 10 MB (its 64 MB
+        // default alone would be most of the worker's memory) filled by small fetches (128 KB per partition, 4 MB per
+        // request). A full queue makes librdkafka 2.0.2 stop fetching for up to a second; the consumer wakes it once
+        // the queue is drained (`ConsumerState.stalledFetchPositions`). Before that wake, 20 MB lasted ~0.45 s on a
+        // machine verifying 7,500 notifications/s per core, and the worker idled ~0.4 s of every cycle (`fleet bench
+        // worker`, 3 alternated pairs: 0.75-0.80 x single-thread verify without the wake, 1.26-1.44 x with it); with
+        // the wake, 10 MB ran as fast as 20 MB at ~8 MB less peak RSS (129-132 MB against 139 MB; 6 MB sometimes
+        // starved). A fetch request asks for at most 4 MB instead of the sink's 8 MB: librdkafka holds a response's
+        // whole buffer while it parses it (9 alternated pairs: peak RSS 129.1-140.7 MB, mean ~136, against
+        // 140.2-145.9, mean ~143). Outputs waiting for their delivery report are bounded at 10,000 (a rejected record
+        // carries its 10-20 KB input; the producer's 100,000 default could hold far more than the whole worker's
+        // budget), beyond which emission waits. Measured with `fleet bench worker`; each can be overridden through
+        // kafka properties.
         var properties = try s.kafkaProperties(flag: service.kafkaProperties)
-        properties = KafkaConfiguration.withBoundedFetch(properties, requestBytes: 4 << 20)
+        properties = KafkaConfiguration.withBoundedFetch(properties, requestBytes: 4 << 20, queueKilobytes: 10 << 10)
         var kafka = KafkaConfiguration(
             bootstrapServers: bootstrap, clientId: "fleet-worker", properties: properties, maxInFlightMessages: 10_000,
             offsetResetPolicy: try offsetResetPolicy(s, service), maxBufferedMessages: 2_000)

@@ -37,6 +37,38 @@ import Testing
         #expect(s.complete([(a1, 0)]) == [a1: 1])
     }
 
+    @Test func aStalledFetchIsWokenOnlyAfterBackpressureAndOnlyWhereMoreWaits() {
+        let a2 = TopicPartition(topic: "a", partition: 2)
+        let a3 = TopicPartition(topic: "a", partition: 3)
+        var s = ConsumerState()
+        _ = s.assign([a0, a1, a2, a3])
+        s.accept(messages(a0, 0...9) + messages(a1, 0...4) + messages(a2, 0...4))
+        let highs = [a0: Int64(50), a1: 5, a2: 30, a3: 8]
+        // Not armed: no backpressure since the last wake.
+        #expect(s.stalledFetchPositions { highs[$0] }.isEmpty)
+        #expect(s.fetchWakes == 0)
+        // Armed: a0 and a2 have more behind the last message polled; a1 is caught up; a3 has delivered nothing yet
+        // (its position is librdkafka's own); a blocked partition is never sought.
+        s.blocked = [a2]
+        s.fetchMayStall = true
+        #expect(s.stalledFetchPositions { highs[$0] } == [a0: 10])
+        #expect(!s.fetchMayStall && s.fetchWakes == 1)
+        // Disarmed until the next backpressure.
+        #expect(s.stalledFetchPositions { highs[$0] }.isEmpty)
+        // Nothing behind anywhere: disarmed, no wake counted.
+        s.fetchMayStall = true
+        #expect(s.stalledFetchPositions { _ in 0 }.isEmpty)
+        #expect(!s.fetchMayStall && s.fetchWakes == 1)
+        // Revoked partitions are not sought; after a stop nothing is.
+        s.blocked = []
+        _ = s.revoke([a0], lost: false)
+        s.fetchMayStall = true
+        #expect(s.stalledFetchPositions { highs[$0] } == [a2: 5])
+        s.fetchMayStall = true
+        s.stopRequested = true
+        #expect(s.stalledFetchPositions { highs[$0] }.isEmpty)
+    }
+
     @Test func messagesOfPartitionsRevokedMeanwhileAreNotBuffered() {
         var s = ConsumerState()
         _ = s.assign([a1])

@@ -52,6 +52,39 @@ import Testing
         #expect(lag.totalLag == 0)
     }
 
+    /// A slow application and a tiny prefetch queue: librdkafka 2.0.2's queue fills again and again and its fetch
+    /// stops; the consumer's seek that wakes it (`ConsumerState.stalledFetchPositions`) must neither skip nor repeat a
+    /// message, across three brokers (one broker thread each).
+    @Test func fetchWokenAfterBackpressureDeliversEveryOffsetOnceInOrder() async throws {
+        let topic = TestKafka.unique("wake")
+        let cluster = try await TestKafka.cluster(brokers: 3, topic: topic, partitions: 6)
+        defer { cluster.shutdown() }
+        let perPartition = 3_000
+        try await TestKafka.produceSequenced(cluster.bootstrapServers, topic: topic, partitions: 6, perPartition: perPartition)
+        var config = TestKafka.config(cluster.bootstrapServers)
+        config.properties = ["queued.max.messages.kbytes": "16", "max.partition.fetch.bytes": "4096"]
+        config.maxBufferedMessages = 100
+        let consumer = try KafkaConsumer(configuration: config, groupId: TestKafka.unique("wake-g"), topics: [topic])
+        var seen: [Int32: [(Int64, String)]] = [:]
+        let deadline = ContinuousClock.now + .seconds(120)
+        while ContinuousClock.now < deadline {
+            let batch = try await consumer.nextBatch(maxMessages: 50, timeout: .milliseconds(500))
+            for m in batch { seen[m.partition, default: []].append((m.offset, String(decoding: m.value, as: UTF8.self))) }
+            consumer.markProcessed(batch)
+            if (0..<6).allSatisfy({ (seen[Int32($0)]?.count ?? 0) >= perPartition }) { break }
+            try await Task.sleep(for: .microseconds(200))  // behind the fetch: the buffer fills, polling stops
+        }
+        let wakes = consumer.core.fetchWakes
+        #expect(await consumer.close(deadline: .seconds(10)))
+        #expect(wakes > 0, "the fetch was never woken: the test did not exercise the seek")
+        for p in 0..<6 {
+            let got = seen[Int32(p)] ?? []
+            #expect(got.count == perPartition, "partition \(p): \(got.count) messages")
+            let orderedAndComplete = got.enumerated().allSatisfy { i, e in e.0 == Int64(i) && e.1 == "\(p):\(i)" }
+            #expect(orderedAndComplete, "partition \(p) lost, repeated or reordered messages")
+        }
+    }
+
     @Test func lagIsProducedMinusCommittedAndOutOfOrderCompletionNeverSkipsWork() async throws {
         let topic = TestKafka.unique("lag")
         let cluster = try await TestKafka.cluster(brokers: 1, topic: topic, partitions: 3)
@@ -363,12 +396,12 @@ import Testing
         let sink = KafkaConfiguration.withBoundedFetch([:])
         #expect(sink == ["queued.max.messages.kbytes": "20480", "max.partition.fetch.bytes": "131072", "fetch.max.bytes": "8388608"])
         // The worker's smaller requests (a fetch response is held whole while it is parsed).
-        let worker = KafkaConfiguration.withBoundedFetch(["linger.ms": "1"], requestBytes: 4 << 20)
+        let worker = KafkaConfiguration.withBoundedFetch(["linger.ms": "1"], requestBytes: 4 << 20, queueKilobytes: 10 << 10)
         #expect(worker["fetch.max.bytes"] == "4194304")
-        #expect(worker["queued.max.messages.kbytes"] == "20480" && worker["linger.ms"] == "1")
+        #expect(worker["queued.max.messages.kbytes"] == "10240" && worker["linger.ms"] == "1")
         // An operator's value wins over either default.
         let own = KafkaConfiguration.withBoundedFetch(["fetch.max.bytes": "1048576", "queued.max.messages.kbytes": "65536"],
-                                                      requestBytes: 4 << 20)
+                                                      requestBytes: 4 << 20, queueKilobytes: 10 << 10)
         #expect(own["fetch.max.bytes"] == "1048576" && own["queued.max.messages.kbytes"] == "65536")
         // librdkafka accepts the worker's set as consumer properties.
         let consumer = try KafkaConsumer(

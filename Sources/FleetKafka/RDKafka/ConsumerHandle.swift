@@ -123,6 +123,26 @@ final class RDKafkaConsumerHandle: @unchecked Sendable {
         return err == RD_KAFKA_RESP_ERR_NO_ERROR ? nil : KafkaError(err)
     }
 
+    /// Asynchronous seek of each partition to the offset given (`rd_kafka_seek_partitions` with no timeout): the
+    /// partition's version is bumped before this returns, so a poll after it never hands out a message fetched before
+    /// it; librdkafka then fetches from that offset and wakes the partition's broker thread. Returns the partitions
+    /// the seek was refused for (not assigned in librdkafka, say).
+    func seek(_ positions: [TopicPartition: Int64]) -> [TopicPartition: KafkaError] {
+        guard let list = makePartitionList(positions.keys, offsets: positions) else { return [:] }
+        defer { rd_kafka_topic_partition_list_destroy(list) }
+        if let error = rd_kafka_seek_partitions(rk, list, 0) {
+            let failure = KafkaError(consuming: error)
+            return Dictionary(uniqueKeysWithValues: positions.keys.map { ($0, failure) })
+        }
+        var failures: [TopicPartition: KafkaError] = [:]
+        for i in 0..<Int(list.pointee.cnt) {
+            let e = list.pointee.elems[i]
+            guard e.err != RD_KAFKA_RESP_ERR_NO_ERROR, e.err != RD_KAFKA_RESP_ERR__IN_PROGRESS else { continue }
+            failures[TopicPartition(topic: String(cString: e.topic), partition: e.partition)] = KafkaError(e.err)
+        }
+        return failures
+    }
+
     /// The partition's watermarks as last fetched (no broker round trip), when known.
     func cachedWatermarks(_ tp: TopicPartition) -> (low: Int64, high: Int64)? {
         var low: Int64 = -1, high: Int64 = -1
