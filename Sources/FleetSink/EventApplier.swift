@@ -135,13 +135,26 @@ struct BatchPlan: Sendable {
             if let k = event.ledgerKey { lockNames.insert("L\u{1}\(k.environment)\u{1}\(k.transactionId)") }
             if let k = event.subscriptionKey { lockNames.insert("S\u{1}\(k.environment)\u{1}\(k.originalTransactionId)") }
         }
-        self.lockNames = Array(lockNames)
+        self.lockQuery = Self.lockQuery(Array(lockNames))
         self.allNew = Statements(events: self.events, texts: texts, stored: .fail)
         self.repeatsEventId = texts.count < self.events.count
     }
 
-    /// Advisory-lock names of every entitlement / consumable / subscription key of the batch.
-    let lockNames: [String]
+    /// The statement that takes the advisory locks of every entitlement / consumable / subscription key of the batch
+    /// (nil: none), bound here rather than once the transaction has begun, when PostgreSQL waits for it.
+    let lockQuery: PostgresQuery?
+
+    static func lockQuery(_ names: [String]) -> PostgresQuery? {
+        guard !names.isEmpty else { return nil }
+        var b = ColumnBinds()
+        let bound = b.add(names)
+        return b.query("""
+            SELECT count(pg_advisory_xact_lock(h)) FROM (
+                SELECT DISTINCT hashtextextended(k, 0) AS h FROM unnest(\(bound)::text[]) AS k ORDER BY 1
+            ) AS keys
+            """)
+    }
+
     /// The writes of the batch when no event of it is already stored.
     let allNew: Statements
     /// Whether an eventId occurs more than once in the batch (its later copies are duplicates).
@@ -264,16 +277,7 @@ struct BatchPlan: Sendable {
         }
 
         // 1. Serialize with other sinks on every entitlement / consumable key of the batch.
-        var locked: EventLoopFuture<PostgresQueryResult>?
-        if !lockNames.isEmpty {
-            var b = ColumnBinds()
-            let names = b.add(lockNames)
-            locked = queue(b.query("""
-                SELECT count(pg_advisory_xact_lock(h)) FROM (
-                    SELECT DISTINCT hashtextextended(k, 0) AS h FROM unnest(\(names)::text[]) AS k ORDER BY 1
-                ) AS keys
-                """))
-        }
+        let locked = queue(lockQuery)
 
         // 2. Redelivered events (second attempt only: looked up once the locks are held).
         var known = Set<String>()
