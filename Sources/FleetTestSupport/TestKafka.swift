@@ -27,6 +27,21 @@ public enum TestKafka {
         return cluster
     }
 
+    /// A cluster with a new topic (named from `prefix`) whose every partition holds `perPartition` messages "p:seq".
+    public static func sequencedCluster(_ prefix: String, brokers: Int = 3, partitions: Int, perPartition: Int) async throws
+        -> (cluster: EmbeddedKafkaCluster, topic: String)
+    {
+        let topic = unique(prefix)
+        let cluster = try await self.cluster(brokers: brokers, topic: topic, partitions: partitions)
+        do {
+            try await produceSequenced(cluster.bootstrapServers, topic: topic, partitions: partitions, perPartition: perPartition)
+        } catch {
+            cluster.shutdown()
+            throw error
+        }
+        return (cluster, topic)
+    }
+
     /// Produces `perPartition` messages to every partition with value "p:seq" and waits for every report.
     public static func produceSequenced(_ bootstrap: String, topic: String, partitions: Int, perPartition: Int) async throws {
         let producer = try KafkaProducer(configuration: config(bootstrap))

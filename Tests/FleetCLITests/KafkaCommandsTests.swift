@@ -26,11 +26,9 @@ struct MultiProcessTests {
     }
 
     @Test func twoConsumerProcessesOneKilledTheOtherTakesOver() async throws {
-        let topic = TestKafka.unique("mp")
-        let cluster = try await TestKafka.cluster(brokers: 3, topic: topic, partitions: 6)
-        defer { cluster.shutdown() }
         let perPartition = 1_000
-        try await TestKafka.produceSequenced(cluster.bootstrapServers, topic: topic, partitions: 6, perPartition: perPartition)
+        let (cluster, topic) = try await TestKafka.sequencedCluster("mp", partitions: 6, perPartition: perPartition)
+        defer { cluster.shutdown() }
         let group = TestKafka.unique("mp-g")
         let dir = FileManager.default.temporaryDirectory
         let fileA = dir.appendingPathComponent("\(group)-a.txt").path

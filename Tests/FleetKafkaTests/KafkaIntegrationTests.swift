@@ -27,11 +27,9 @@ import Testing
     }
 
     @Test func produceThenConsume100kAcrossSixPartitions() async throws {
-        let topic = TestKafka.unique("bulk")
-        let cluster = try await TestKafka.cluster(brokers: 3, topic: topic, partitions: 6)
-        defer { cluster.shutdown() }
         let perPartition = 100_000 / 6 + 1  // 100,002 messages
-        try await TestKafka.produceSequenced(cluster.bootstrapServers, topic: topic, partitions: 6, perPartition: perPartition)
+        let (cluster, topic) = try await TestKafka.sequencedCluster("bulk", partitions: 6, perPartition: perPartition)
+        defer { cluster.shutdown() }
 
         let consumer = try KafkaConsumer(configuration: TestKafka.config(cluster.bootstrapServers),
                                          groupId: TestKafka.unique("bulk-g"), topics: [topic])
@@ -56,11 +54,9 @@ import Testing
     /// stops; the consumer's seek that wakes it (`ConsumerState.stalledFetchPositions`) must neither skip nor repeat a
     /// message, across three brokers (one broker thread each).
     @Test func fetchWokenAfterBackpressureDeliversEveryOffsetOnceInOrder() async throws {
-        let topic = TestKafka.unique("wake")
-        let cluster = try await TestKafka.cluster(brokers: 3, topic: topic, partitions: 6)
-        defer { cluster.shutdown() }
         let perPartition = 3_000
-        try await TestKafka.produceSequenced(cluster.bootstrapServers, topic: topic, partitions: 6, perPartition: perPartition)
+        let (cluster, topic) = try await TestKafka.sequencedCluster("wake", partitions: 6, perPartition: perPartition)
+        defer { cluster.shutdown() }
         var config = TestKafka.config(cluster.bootstrapServers)
         config.properties = ["queued.max.messages.kbytes": "16", "max.partition.fetch.bytes": "4096"]
         config.maxBufferedMessages = 100
