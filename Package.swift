@@ -70,11 +70,14 @@ let package = Package(
             ],
             swiftSettings: strict
         ),
+        // Loopback ports for the processes the fleet starts itself (demo, benchmarks, tests' responders): plain sockets,
+        // no dependencies, so that both the dev stack and the test PKI choose ports the same way.
+        .target(name: "FleetLoopback", swiftSettings: strict),
         // An Apple-shaped test PKI and JWS signer (tests, benchmarks, demo traffic). Never trusted in production.
         .target(
             name: "FleetTestPKI",
             dependencies: [
-                "AppStoreVerification",
+                "AppStoreVerification", "FleetLoopback",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
                 .product(name: "X509", package: "swift-certificates"),
@@ -181,7 +184,7 @@ let package = Package(
         .target(
             name: "FleetDevStack",
             dependencies: [
-                "FleetKafka", "AppStoreServerAPI", "AppStoreVerification",
+                "FleetKafka", "AppStoreServerAPI", "AppStoreVerification", "FleetLoopback",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -306,6 +309,7 @@ let package = Package(
         .testTarget(name: "FleetBenchmarksTests", dependencies: ["FleetBenchmarks", "AppStoreVerification"]),
         .testTarget(name: "FleetDemoTests", dependencies: [
             "FleetDemo", "AppStoreVerification", "EntitlementDomain", "FleetDevStack", "FleetKafka", "FleetTestPKI", "FleetWorker",
+            "FleetLoopback",
         ]),
         .testTarget(
             name: "FleetSinkTests",

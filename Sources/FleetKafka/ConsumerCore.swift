@@ -307,8 +307,9 @@ final class ConsumerCore: RDKafkaClientOwner {
         batch.reserveCapacity(1000)
         while true {
             let (stop, full, mayStall) = state.withLock { s in
-                if s.buffered >= maxBuffered { s.fetchMayStall = true }
-                return (s.stopRequested, s.buffered >= maxBuffered, s.fetchMayStall)
+                let full = s.buffered >= maxBuffered
+                if full { s.fetchMayStall = true }
+                return (s.stopRequested, full, s.fetchMayStall)
             }
             if stop { break }
             if full {

@@ -81,7 +81,6 @@ public struct KafkaConfiguration: Sendable {
         self.maxBufferedMessages = maxBufferedMessages
     }
 
-    /// librdkafka properties whose values are secrets (passwords, keys, tokens): never printed.
     /// Bounded consumer fetch settings for the fleet's long-running consumers (worker, sink) where an operator's
     /// `--kafka-property` does not set them. librdkafka 2.0.2's defaults pre-fetch up to 64 MB per consumer; 20 MB
     /// filled 128 KB per partition at a time keeps the process's memory bounded. When the local queue reaches its
@@ -103,6 +102,7 @@ public struct KafkaConfiguration: Sendable {
         return properties.merging(defaults) { own, _ in own }
     }
 
+    /// librdkafka properties whose values are secrets (passwords, keys, tokens): never printed.
     public static func isSecret(_ key: String) -> Bool {
         let k = key.lowercased()
         return ["password", "secret", "jaas", "token", ".key.pem", "ssl.key", "oauthbearer.config"].contains { k.contains($0) }

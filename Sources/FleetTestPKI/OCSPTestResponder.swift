@@ -1,4 +1,5 @@
 import Crypto
+import FleetLoopback
 import Foundation
 import SwiftASN1
 import Synchronization
@@ -103,29 +104,21 @@ public final class OCSPTestResponder: @unchecked Sendable {
         return bytes.map { String(format: "%02X", $0) }.joined()
     }
 
-    /// A TCP port nobody listens on right now, for a responder started later on it: below the kernel's ephemeral
-    /// range when there is room, as `Loopback.freePort` (FleetDevStack) chooses. A port from that range is also the
-    /// local port of any outgoing connection, and a worker test that starts its responder only after holding its
-    /// inputs for a while (dozens of Kafka connections later) once found its port taken: "ocsp: Error starting
-    /// accept" in a fresh-clone `make test`.
+    /// A TCP port nobody listens on right now, for a responder started later on it: `Loopback.freePort`'s choice,
+    /// below the kernel's ephemeral range. A port from that range is also the local port of any outgoing connection,
+    /// and a worker test that starts its responder only after holding its inputs for a while (dozens of Kafka
+    /// connections later) once found its port taken: "ocsp: Error starting accept" in a fresh-clone `make test`.
     public static func freePort() throws -> Int {
-        let rangeStart = (try? String(contentsOfFile: "/proc/sys/net/ipv4/ip_local_port_range", encoding: .utf8))?
-            .split(whereSeparator: \.isWhitespace).first.flatMap { Int($0) } ?? 32_768
-        let belowRange = rangeStart > 12_000 ? (0..<64).map { _ in Int.random(in: 10_000..<rangeStart) } : []
-        for port in belowRange + [0] {
-            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-            guard fd >= 0 else { throw ResponderError("socket() failed") }
-            defer { close(fd) }
-            if let bound = bindLoopback(fd, port: port, listening: false) { return bound }
-        }
-        throw ResponderError("bind() failed")
+        let port = Loopback.freePort()
+        guard port > 0 else { throw ResponderError("no free loopback port") }
+        return port
     }
 
-    /// Binds `fd` to 127.0.0.1:`port` (0: a port the kernel picks) and listens, if asked; the port, or nil on failure.
-    static func bindLoopback(_ fd: Int32, port: Int = 0, listening: Bool) -> Int? {
+    /// Binds `fd` to 127.0.0.1 on a port the kernel picks (and listens, if asked); the port, or nil on failure.
+    static func bindLoopback(_ fd: Int32, listening: Bool) -> Int? {
         var addr = sockaddr_in()
         addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_port = UInt16(port).bigEndian
+        addr.sin_port = 0
         addr.sin_addr.s_addr = inet_addr("127.0.0.1")
         var len = socklen_t(MemoryLayout<sockaddr_in>.size)
         let ok = withUnsafeMutablePointer(to: &addr) { ptr in

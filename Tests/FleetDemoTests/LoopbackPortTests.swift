@@ -1,4 +1,4 @@
-@testable import FleetDevStack
+@testable import FleetLoopback
 import Foundation
 import Testing
 
