@@ -177,7 +177,7 @@ public final class ThrowawayPostgres: Sendable {
             "-p \(port)", "-k \(directory)", "-c listen_addresses=\(host)",
             "-c fsync=off", "-c synchronous_commit=off", "-c full_page_writes=off",
             "-c max_connections=200", "-c shared_buffers=128MB", "-c wal_init_zero=off",
-        ].joined(separator: " ")
+        ].joined(separator: " ") + (ProcessInfo.processInfo.environment["FLEET_POSTGRES_OPTIONS"].map { " " + $0 } ?? "")
         try run("pg_ctl", ["-D", dataDirectory, "-l", logFile, "-w", "-t", "60", "-o", options, "start"])
     }
 

@@ -398,6 +398,54 @@ public enum SinkSchema {
             $$
             """,
         ]),
+        // Keys that lead with their most selective column (issue 16). `environment` has two values; leading with it,
+        // every comparison of a B-tree descent compared an equal environment first and then fetched the next column
+        // at an offset computed anew (variable-length keys). Led by the identifier, a comparison is one memcmp that
+        // differs. The same equality lookups use them (`ON CONFLICT` infers a unique index by its set of columns, not
+        // their order). `fleet bench sink`, PostgreSQL's time per 100,000 events (pg_stat_statements, 2 runs each):
+        // 3,129-3,200 ms against 3,252-3,600 ms. The indexes are rebuilt, the tables are not rewritten.
+        Migration(version: 7, name: "index keys lead with their most selective column", statements: [
+            """
+            ALTER TABLE transaction_versions DROP CONSTRAINT transaction_versions_pkey,
+                ADD CONSTRAINT transaction_versions_pkey PRIMARY KEY (transaction_id, environment, signed_date_ms)
+            """,
+            """
+            ALTER TABLE transactions DROP CONSTRAINT transactions_pkey,
+                ADD CONSTRAINT transactions_pkey PRIMARY KEY (transaction_id, environment)
+            """,
+            """
+            ALTER TABLE entitlements DROP CONSTRAINT entitlements_pkey,
+                ADD CONSTRAINT entitlements_pkey PRIMARY KEY (subject, environment, entitlement)
+            """,
+            """
+            ALTER TABLE consumable_ledger DROP CONSTRAINT consumable_ledger_pkey,
+                ADD CONSTRAINT consumable_ledger_pkey PRIMARY KEY (transaction_id, environment, entry, revocation_key)
+            """,
+            """
+            ALTER TABLE consumption_usage DROP CONSTRAINT consumption_usage_pkey,
+                ADD CONSTRAINT consumption_usage_pkey PRIMARY KEY (transaction_id, environment)
+            """,
+            "DROP INDEX notifications_parent",
+            "CREATE INDEX notifications_parent ON notifications (original_transaction_id, environment, signed_date_ms)",
+            "DROP INDEX entitlement_events_subject",
+            "CREATE INDEX entitlement_events_subject ON entitlement_events (subject, environment, entitlement, signed_date_ms)",
+            "DROP INDEX entitlement_events_transaction",
+            """
+            CREATE INDEX entitlement_events_transaction ON entitlement_events (transaction_id, environment)
+                WHERE effect IN ('GRANT', 'RESTORE')
+            """,
+            "DROP INDEX entitlements_subscription",
+            "CREATE INDEX entitlements_subscription ON entitlements (original_transaction_id, environment)",
+            "DROP INDEX consumable_ledger_subject",
+            "CREATE INDEX consumable_ledger_subject ON consumable_ledger (subject, environment, product_id)",
+        ]),
+        // `notifications.applied_at` (the batch transaction's start) filled by PostgreSQL: the COPY of a batch's
+        // notifications leaves the column out, so it no longer waits for a statement reading `now()` first and can
+        // be sent before the batch's reads are answered (`BatchPlan.execute`). `now()` is stable, so the COPY still
+        // inserts a page at a time.
+        Migration(version: 8, name: "applied_at defaults to the transaction's start", statements: [
+            "ALTER TABLE notifications ALTER COLUMN applied_at SET DEFAULT now()",
+        ]),
     ]
 
     /// A fixed key for `pg_advisory_lock`, so that two migrators never run at the same time.

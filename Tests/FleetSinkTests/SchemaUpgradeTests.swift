@@ -1,3 +1,4 @@
+import EntitlementDomain
 import FleetDevStack
 import FleetTestSupport
 import Foundation
@@ -23,7 +24,7 @@ struct SchemaUpgradeTests {
         try await onDatabase(old) { (c: PostgresConnection) async throws in
             try await SinkSchema.migrate(connection: c, migrations: SinkSchema.migrations.filter { $0.version <= 4 }, logger: testLogger)
             #expect(try await SinkSchema.currentVersion(connection: c, logger: testLogger) == 4)
-            for batch in chunks(half, of: 7) { _ = try await applier.apply(batch, connection: c, logger: testLogger) }
+            try await fillAsAnOlderSink(c, half)
             // Today's schema in place, then the whole stream again: its first half is a replay.
             let applied = try await SinkSchema.migrate(connection: c, logger: testLogger)
             #expect(applied == SinkSchema.migrations.map(\.version).filter { $0 > 4 })
@@ -65,7 +66,7 @@ struct SchemaUpgradeTests {
         try await onDatabase(old) { (c: PostgresConnection) async throws in
             #expect(try await scalar(c, "SELECT datlocprovider::text FROM pg_database WHERE datname = current_database()", as: String.self) == "i")
             try await SinkSchema.migrate(connection: c, migrations: SinkSchema.migrations.filter { $0.version <= 5 }, logger: testLogger)
-            for batch in chunks(half, of: 7) { _ = try await applier.apply(batch, connection: c, logger: testLogger) }
+            try await fillAsAnOlderSink(c, half)
             for sql in [
                 "CREATE ROLE \(role) NOLOGIN",
                 "CREATE VIEW operator_summary WITH (security_barrier = true) AS SELECT environment, count(*) AS subjects FROM entitlements_current GROUP BY environment",
@@ -75,7 +76,7 @@ struct SchemaUpgradeTests {
             let summary = "SELECT count(*)::text || '/' || coalesce(sum(subjects), 0)::text FROM operator_summary"
             let before = try await scalar(c, summary, as: String.self)
 
-            #expect(try await SinkSchema.migrate(connection: c, logger: testLogger) == [6])
+            #expect(try await SinkSchema.migrate(connection: c, logger: testLogger) == SinkSchema.migrations.map(\.version).filter { $0 > 5 })
             try await expectBytewiseText(c)
             #expect(try await scalar(c, summary, as: String.self) == before)
             for view in ["entitlements_current", "operator_summary", "consumable_balances"] {
@@ -110,6 +111,15 @@ struct SchemaUpgradeTests {
         }
     }
 
+    /// Writes `events` into a database at an older schema version as the sinks of that time did. They wrote
+    /// `notifications.applied_at` themselves; today's sink leaves it to the column's default (migration 8), so the
+    /// default stands in for them while they write and is dropped again: the upgrade must set it.
+    private func fillAsAnOlderSink(_ c: PostgresConnection, _ events: [EntitlementEvent]) async throws {
+        try await c.query("ALTER TABLE notifications ALTER COLUMN applied_at SET DEFAULT now()", logger: testLogger)
+        for batch in chunks(events, of: 7) { _ = try await applier.apply(batch, connection: c, logger: testLogger) }
+        try await c.query("ALTER TABLE notifications ALTER COLUMN applied_at DROP DEFAULT", logger: testLogger)
+    }
+
     /// Migration 6: no text column of the fleet's tables compares linguistically.
     private func expectBytewiseText(_ c: PostgresConnection) async throws {
         let linguistic = try await scalar(c, """
@@ -137,6 +147,31 @@ struct SchemaUpgradeTests {
             #expect(!names.contains(dropped), "\(dropped) still exists")
         }
         #expect(names.contains("entitlement_events_transaction") && names.contains("notifications_parent"))
+        // Migration 7: every key of the sink's write path leads with its identifier, not the environment.
+        let keys: [String: String] = [
+            "transaction_versions_pkey": "(transaction_id, environment, signed_date_ms)",
+            "transactions_pkey": "(transaction_id, environment)",
+            "entitlements_pkey": "(subject, environment, entitlement)",
+            "consumable_ledger_pkey": "(transaction_id, environment, entry, revocation_key)",
+            "consumption_usage_pkey": "(transaction_id, environment)",
+            "notifications_parent": "(original_transaction_id, environment, signed_date_ms)",
+            "entitlement_events_subject": "(subject, environment, entitlement, signed_date_ms)",
+            "entitlement_events_transaction": "(transaction_id, environment) WHERE",
+            "entitlements_subscription": "(original_transaction_id, environment)",
+            "consumable_ledger_subject": "(subject, environment, product_id)",
+        ]
+        for (index, columns) in keys {
+            let definition = try await scalar(c, """
+                SELECT coalesce(max(indexdef), '') FROM pg_indexes WHERE schemaname = current_schema() AND indexname = '\(index)'
+                """, as: String.self)
+            #expect(definition.contains(columns), "\(index): \(definition)")
+        }
+        // Migration 8: notifications.applied_at is the inserting transaction's start unless given.
+        #expect(try await scalar(c, """
+            SELECT coalesce(pg_get_expr(d.adbin, d.adrelid), '') FROM pg_attrdef d
+            JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+            WHERE d.adrelid = 'notifications'::regclass AND a.attname = 'applied_at'
+            """, as: String.self) == "now()")
         try await c.query("SET enable_seqscan = off", logger: testLogger)
         for effect in ["GRANT", "RESTORE"] {
             var plan = ""
