@@ -55,16 +55,12 @@ extension BatchPlan {
     }
 
     /// The notifications of a batch whose rows are all assumed new, for a binary COPY. `applied_at`, the batch
-    /// transaction's start (`now()` in the insert), is appended when the rows are sent, once the transaction has read
-    /// it (`EventApplier`). nil: nothing to write, or a date outside `CopyBinary.isWritable` (then
-    /// `notificationsQuery`).
+    /// transaction's start (`now()` in the insert), is left out: the column's default fills it (migration 8). nil:
+    /// nothing to write, or a date outside `CopyBinary.isWritable` (then `notificationsQuery`).
     static func notificationsCopy(_ events: [EntitlementEvent], texts: [String: EventTexts]) -> CopyRows? {
         let (picked, received) = pickNotifications(events)
         guard !picked.isEmpty else { return nil }
-        precondition(notificationColumns.last == "applied_at", "applied_at is appended last")
-        var t = CopyBinary(columns: notificationColumns.count, capacity: picked.count * 4096)
-        var ends: [Int] = []
-        ends.reserveCapacity(picked.count)
+        var t = CopyBinary(columns: notificationCopyColumns.count, capacity: picked.count * 4096)
         for (i, n) in picked {
             let e = events[i]
             let ra = received[n.uuid] ?? e.verifiedAt
@@ -74,13 +70,15 @@ extension BatchPlan {
             t.timestamp(n.signedDate); t.int64(n.signedDate)
             t.jsonb(texts[e.eventId]?.notification ?? notificationPayload(e, n))
             t.text(e.source.topic); t.int32(e.source.partition); t.int64(e.source.offset); t.timestamp(ra)
-            t.endRow(pending: 1)
-            ends.append(t.bytes.count)
+            t.endRow()
         }
-        return CopyRows(table: "notifications", columns: notificationColumns, rows: t, rowEnds: ends)
+        return CopyRows(table: "notifications", columns: notificationCopyColumns, rows: t)
     }
 
-    /// The notifications columns both writes fill, in their order.
+    /// The columns the COPY of notifications fills: all but `applied_at`, which PostgreSQL fills with `now()`.
+    static let notificationCopyColumns = Array(notificationColumns.dropLast())
+
+    /// The notifications columns the insert fills, in their order (`applied_at` last).
     static let notificationColumns = [
         "notification_uuid", "environment", "notification_type", "subtype", "version", "bundle_id", "app_apple_id",
         "original_transaction_id", "transaction_id", "signed_date", "signed_date_ms", "payload", "source_topic",

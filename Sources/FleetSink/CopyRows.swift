@@ -39,7 +39,7 @@ struct CopyBinary {
     }
 
     /// Ends the current row: the next field starts a new one. `pending`: fields still to come, appended when the
-    /// rows are sent (the events' status, the notifications' `applied_at`).
+    /// rows are sent (the events' status).
     mutating func endRow(pending: Int = 0) {
         precondition(fieldsInRow + pending == columns, "a COPY row has \(fieldsInRow + pending) fields, the table \(columns)")
         fieldsInRow = 0
@@ -115,21 +115,13 @@ struct CopyBinary {
         return bytes
     }
 
-    /// One `timestamptz` field from Unix microseconds, for a column appended when the rows are sent.
-    static func timestampField(unixMicroseconds: Int64) -> [UInt8] {
-        var bytes: [UInt8] = []
-        append(Int32(8), to: &bytes)
-        append(unixMicroseconds - postgresEpochMilliseconds * 1000, to: &bytes)
-        return bytes
-    }
-
     static func append<T: FixedWidthInteger>(_ value: T, to bytes: inout [UInt8]) {
         withUnsafeBytes(of: value.bigEndian) { bytes.append(contentsOf: $0) }
     }
 }
 
 /// A COPY of rows into one table in binary format, sent on the batch's connection. With `rowEnds`, the rows' last
-/// column is known only inside the batch's transaction (the events' status, the notifications' `applied_at`): every
+/// column is known only inside the batch's transaction (the events' status, from the fold): every
 /// other column is written before the transaction, row `i` ending at `rowEnds[i]`, and `completed` supplies the last
 /// column, appended to each row as the rows are sent.
 struct CopyRows: Sendable {
@@ -140,7 +132,7 @@ struct CopyRows: Sendable {
     var bytes: [UInt8]
     var rowCount: Int
     var rowEnds: [Int]? = nil
-    /// The last field of each row, encoded (length and value): one per row, or one for every row.
+    /// The last field of each row, encoded (length and value).
     var last: [[UInt8]]? = nil
 
     init(table: String, columns: [String], rows: CopyBinary, rowEnds: [Int]? = nil) {
@@ -167,31 +159,22 @@ struct CopyRows: Sendable {
         return c
     }
 
-    /// The same `timestamptz` (Unix microseconds) as every row's last column.
-    func completed(everyRowTimestamp unixMicroseconds: Int64) -> CopyRows {
-        precondition(rowEnds?.count == rowCount, "the last column is awaited")
-        var c = self
-        c.last = [CopyBinary.timestampField(unixMicroseconds: unixMicroseconds)]
-        return c
-    }
-
     /// The whole COPY stream (header, rows with their last column, trailer) in one buffer: `GuardedConnection` sends it
     /// in one write, so that the write never waits for backpressure (see there why that matters).
     func buffer() -> ByteBuffer {
         precondition(rowEnds == nil || last != nil, "the last column is missing")
         var size = CopyBinary.header.count + bytes.count + CopyBinary.trailer.count
         if let rowEnds, let last {
-            size += last.count == 1 ? last[0].count * rowEnds.count : last.reduce(0) { $0 + $1.count }
+            size += last.reduce(0) { $0 + $1.count }
         }
         var buffer = ByteBuffer()
         buffer.reserveCapacity(size)
         buffer.writeBytes(CopyBinary.header)
         if let rowEnds, let last {
             var start = 0
-            let same = last.count == 1 ? last[0] : nil
             for (i, end) in rowEnds.enumerated() {
                 buffer.writeBytes(bytes[start..<end])
-                buffer.writeBytes(same ?? last[i])
+                buffer.writeBytes(last[i])
                 start = end
             }
         } else {

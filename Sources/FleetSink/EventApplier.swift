@@ -4,6 +4,7 @@ import EntitlementRules
 import Foundation
 import Logging
 import PostgresNIO
+import Synchronization
 
 /// What one batch did.
 public struct ApplyOutcome: Sendable, Equatable {
@@ -75,6 +76,21 @@ public struct EventApplier: Sendable {
             }
         }
     }
+}
+
+/// The first error of a batch's statements, as PostgreSQL met them, kept across the batch's two tasks (its own and
+/// the one sending the COPYs that need nothing read): a statement queued behind a failed one only fails with 25P02
+/// (the transaction is aborted), so any other error replaces such a one.
+final class FirstFailure: Sendable {
+    private let first = Mutex<(any Error)?>(nil)
+
+    func keep(_ error: any Error) {
+        first.withLock { kept in
+            if kept == nil || (BatchPlan.isAbortedTransaction(kept!) && !BatchPlan.isAbortedTransaction(error)) { kept = error }
+        }
+    }
+
+    var error: (any Error)? { first.withLock { $0 } }
 }
 
 /// A batch ready to be written (see `EventApplier.prepare`).
@@ -223,13 +239,6 @@ struct BatchPlan: Sendable {
         return server[.constraintName].map(storedRowKeys.contains) ?? false
     }
 
-    struct TransactionStartMissing: Error, CustomStringConvertible {
-        var description: String { "PostgreSQL returned no row for the transaction's start" }
-    }
-
-    /// `now()` (the transaction's start) in Unix microseconds, exactly (`extract` returns numeric).
-    static let transactionStart: PostgresQuery = "SELECT (extract(epoch FROM now()) * 1000000)::bigint"
-
     /// `FLEET_SINK_PHASES` set: each batch's phases are printed to stderr. Read once: reading the environment parses
     /// all of it, which is not for a per-batch path.
     static let tracePhases = ProcessInfo.processInfo.environment["FLEET_SINK_PHASES"] != nil
@@ -259,21 +268,18 @@ struct BatchPlan: Sendable {
         // the answer of the one before: PostgresNIO sends a queued statement the moment the previous one completes, so
         // PostgreSQL goes from the locks to the reads to the writes without waiting for this task, which meanwhile
         // decodes the rows read and folds (`bench sink`, alternated with the one-by-one build: 12,721-14,058 vs
-        // 10,704-13,916 events/s). A statement queued behind a failed one only fails with 25P02 (`keep`).
-        var failure: (any Error)?
-        func keep(_ error: any Error) {
-            if failure == nil || (Self.isAbortedTransaction(failure!) && !Self.isAbortedTransaction(error)) { failure = error }
-        }
+        // 10,704-13,916 events/s). A statement queued behind a failed one only fails with 25P02 (`FirstFailure`).
+        let failures = FirstFailure()
         func queue(_ query: PostgresQuery?) -> EventLoopFuture<PostgresQueryResult>? {
             query.map { tx.query($0, logger: logger) }
         }
         func settle<T: Sendable>(_ future: EventLoopFuture<T>?) async -> T? {
-            do { return try await future?.get() } catch { keep(error); return nil }
+            do { return try await future?.get() } catch { failures.keep(error); return nil }
         }
         /// The rows a statement wrote, from its one `count(*)` row.
         func rowCount(_ future: EventLoopFuture<PostgresQueryResult>?) async -> Int? {
             guard let result = await settle(future) else { return nil }
-            do { return try result.rows.reduce(0) { $0 + Int(try $1.decode(Int64.self)) } } catch { keep(error); return nil }
+            do { return try result.rows.reduce(0) { $0 + Int(try $1.decode(Int64.self)) } } catch { failures.keep(error); return nil }
         }
 
         // 1. Serialize with other sinks on every entitlement / consumable key of the batch.
@@ -313,23 +319,33 @@ struct BatchPlan: Sendable {
         let ledgerEntriesRead = queue(writes.ledgerReads?.entries)
         let ledgerRestoresRead = queue(writes.ledgerReads?.restores)
         let notifications = queue(writes.notifications)
-        // The current facts of a copied batch are read from the copied versions: queued once that COPY is done.
-        var transactions = writes.versionsCopy == nil ? queue(writes.transactions) : nil
-        // The transaction's start in exact microseconds: `notifications.applied_at` of the copied rows, the `now()`
-        // the insert writes.
-        let started = writes.notificationsCopy == nil ? nil : queue(Self.transactionStart)
+        let transactionsInserted = writes.versionsCopy == nil ? queue(writes.transactions) : nil
+        // The COPYs of notifications and transaction versions need nothing read either: a child task sends them
+        // behind the reads, so PostgreSQL works through them while this task decodes the rows read and folds
+        // (before, it sat idle for the fold and the decoding, ~5-8 ms of a ~64 ms batch, `FLEET_SINK_PHASES`).
+        async let appended = Self.copyAppends(writes, on: guarded, failures: failures, logger: logger)
         phase("queued")
 
         _ = await settle(locked)
         let entitlementRows = await settle(entitlementsRead)
         let ledgerEntries = await settle(ledgerEntriesRead)
         let ledgerRestores = await settle(ledgerRestoresRead)
-        if let failure { throw failure }
-        let entitlements = try decodeEntitlements(entitlementRows?.rows ?? [])
-        let ledgers = try decodeLedgers((ledgerEntries?.rows ?? [], ledgerRestores?.rows ?? []))
-        phase("load")
-        // 4. The entitlement rules (pure Swift, EntitlementRules).
-        let decision = EntitlementRules.fold(fresh, entitlements: entitlements, ledgers: ledgers)
+        var decision: EntitlementRules.Decision?
+        if failures.error == nil {
+            do {
+                let entitlements = try decodeEntitlements(entitlementRows?.rows ?? [])
+                let ledgers = try decodeLedgers((ledgerEntries?.rows ?? [], ledgerRestores?.rows ?? []))
+                phase("load")
+                // 4. The entitlement rules (pure Swift, EntitlementRules).
+                decision = EntitlementRules.fold(fresh, entitlements: entitlements, ledgers: ledgers)
+                phase("fold")
+            } catch { failures.keep(error) }
+        }
+        guard let decision else {
+            // The reads failed: nothing may be written. The COPYs' task sees the failure and sends nothing more.
+            _ = await appended
+            throw failures.error!
+        }
         let statuses = decision.statuses
         for (event, status) in zip(fresh, statuses) {
             outcome.statuses[event.eventId] = status
@@ -339,50 +355,57 @@ struct BatchPlan: Sendable {
             case .duplicate: outcome.duplicate += 1
             }
         }
-        phase("fold")
 
-        // 5. The writes that depend on the fold, queued together behind the others; then the COPYs of the first
-        // attempt (each sent once the statements before it are done).
+        // 5. The writes that depend on the fold, queued together behind the others; the COPY of the events once the
+        // COPYs before it are done (one COPY at a time on a connection).
         let eventsWritten = queue(writes.events?.query(statuses: statuses))
         let entitlementsWritten = queue(Self.entitlementsWrite(decision.changedRows))
         let ledgerWritten = queue(Self.ledgerWrite(decision.newLedgerEntries))
-        var copied: [String: Int] = [:]
-        var notificationsCopy: CopyRows?
-        if let copy = writes.notificationsCopy, let result = await settle(started) {
-            do {
-                guard let row = result.rows.first else { throw TransactionStartMissing() }
-                notificationsCopy = copy.completed(everyRowTimestamp: try row.decode(Int64.self))
-            } catch { keep(error) }
-        }
-        for copy in [
-            notificationsCopy, writes.versionsCopy,
-            writes.eventsCopy?.completed(last: statuses.map(\.rawValue)),
-        ] {
-            guard let copy, failure == nil else { continue }
+        var (copied, transactions) = await appended
+        phase("notifications+versions")
+        if let copy = writes.eventsCopy?.completed(last: statuses.map(\.rawValue)), failures.error == nil {
             do {
                 try await guarded.copy(copy, logger: logger)
                 copied[copy.table] = copy.rowCount
-            } catch { keep(error) }
-            if copy.table == "transaction_versions", failure == nil { transactions = queue(writes.transactions) }
+            } catch { failures.keep(error) }
         }
-        // Every queued statement is awaited, in order. The error thrown is the one PostgreSQL met first: a statement
-        // queued behind a failed one only reports that the transaction is aborted (25P02), and a first attempt's
-        // unique violation must surface as itself for `metStoredRows`.
+        transactions = transactions ?? transactionsInserted
+        // Every queued statement is awaited. The error thrown is the one PostgreSQL met first: a statement queued
+        // behind a failed one only reports that the transaction is aborted (25P02), and a first attempt's unique
+        // violation must surface as itself for `metStoredRows`.
         outcome.rowsWritten["notifications"] = await rowCount(notifications) ?? copied["notifications"]
         if let row = await settle(transactions)?.rows.first {
             do {
                 let (versions, current) = try row.decode((Int64, Int64).self)
                 outcome.rowsWritten["transaction_versions"] = Int(versions) + (copied["transaction_versions"] ?? 0)
                 outcome.rowsWritten["transactions"] = Int(current)
-            } catch { keep(error) }
+            } catch { failures.keep(error) }
         }
-        phase("notifications+transactions")
         outcome.rowsWritten["entitlement_events"] = await rowCount(eventsWritten) ?? copied["entitlement_events"]
         outcome.rowsWritten["entitlements"] = await rowCount(entitlementsWritten) ?? 0
         outcome.rowsWritten["consumable_ledger"] = await rowCount(ledgerWritten) ?? 0
-        if let failure { throw failure }
-        phase("events+entitlements+ledger")
+        if let failure = failures.error { throw failure }
+        phase("events+entitlements+ledger+facts")
         return outcome
+    }
+
+    /// The COPYs of a first attempt that need nothing read (notifications, then transaction versions), each sent once
+    /// the statements queued before it are done; then the current facts, read back from the copied versions, queued.
+    /// Returns the rows copied by table, and the current facts' statement (nil: not queued). Sends nothing once
+    /// `failures` holds an error.
+    private static func copyAppends(
+        _ writes: Statements, on guarded: GuardedConnection, failures: FirstFailure, logger: Logger
+    ) async -> (copied: [String: Int], currentFacts: EventLoopFuture<PostgresQueryResult>?) {
+        var copied: [String: Int] = [:]
+        for copy in [writes.notificationsCopy, writes.versionsCopy] {
+            guard let copy, failures.error == nil else { continue }
+            do {
+                try await guarded.copy(copy, logger: logger)
+                copied[copy.table] = copy.rowCount
+            } catch { failures.keep(error) }
+        }
+        guard writes.versionsCopy != nil, let facts = writes.transactions, failures.error == nil else { return (copied, nil) }
+        return (copied, guarded.connection.query(facts, logger: logger))
     }
 
     // MARK: reads
