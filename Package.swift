@@ -140,6 +140,7 @@ let package = Package(
                 "EntitlementDomain", "EntitlementRules", "AppStoreVerification", "FleetKafka", "FleetOperations",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),

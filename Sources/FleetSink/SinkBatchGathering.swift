@@ -17,11 +17,14 @@ extension SinkService {
     /// in between: every record arriving during a write then waited for two more transactions instead of one
     /// (`bench pipeline` latency), and each small batch paid a transaction's fixed cost. The quarter bounds what is
     /// prepared after the write instead of during it: a first take that large is prepared at once, as before.
+    /// Decoding and preparing run on `background` (`BackgroundWork`), off the cooperative pool.
     static func gather(
-        from source: any EventBatchSource, limit: Int, applier: EventApplier, while writing: WriteInProgress
+        from source: any EventBatchSource, limit: Int, applier: EventApplier, on background: BackgroundWork,
+        while writing: WriteInProgress
     ) async throws -> ([SinkRecord], DecodedBatch) {
         var records = try await source.nextBatch(maxRecords: limit)
-        var parts = [decodeRecords(records)]
+        let first = records
+        var parts = [try await background.run { decodeRecords(first) }]
         let gatherLimit = max(1, limit / 4)
         while records.count < gatherLimit && !writing.isDone && !Task.isCancelled {
             guard let more = try await source.moreRecords(maxRecords: gatherLimit - records.count) else { break }
@@ -31,11 +34,10 @@ extension SinkService {
                 continue
             }
             records += more
-            parts.append(decodeRecords(more))
-            // Neither the buffer take nor a small decode suspends: give the cooperative thread back now and then.
-            await Task.yield()
+            parts.append(try await background.run { decodeRecords(more) })
         }
-        return (records, DecodedBatch(parts, applier: applier))
+        let decodedParts = parts
+        return (records, try await background.run { DecodedBatch(decodedParts, applier: applier) })
     }
 
     public struct DecodeFailure: Error, Sendable {

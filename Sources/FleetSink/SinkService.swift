@@ -143,6 +143,7 @@ public final class SinkService: Service, Sendable {
         var lastProbe = ContinuousClock.now
         var lastConnectWarning = ContinuousClock.now - .seconds(60)
         var prefetched: Task<([SinkRecord], DecodedBatch), any Error>?
+        let background = BackgroundWork()
         defer {
             prefetched?.cancel()
             setDatabaseReady(false)
@@ -169,7 +170,7 @@ public final class SinkService: Service, Sendable {
                     (records, decoded) = try await next.value
                 } else {
                     records = try await source.nextBatch(maxRecords: configuration.maxBatchSize)
-                    decoded = Self.decodeBatch(records, applier: applier)
+                    decoded = try await background.run { [records, applier] in Self.decodeBatch(records, applier: applier) }
                 }
                 if records.isEmpty {
                     // Idle: probe the database now and then so that readiness notices an outage without traffic.
@@ -193,12 +194,12 @@ public final class SinkService: Service, Sendable {
                 // own transaction, so a crash in between redelivers it, as for any unwritten batch.
                 let writing = WriteInProgress()
                 prefetched = Task { [source, applier, limit = configuration.maxBatchSize] in
-                    try await Self.gather(from: source, limit: limit, applier: applier, while: writing)
+                    try await Self.gather(from: source, limit: limit, applier: applier, on: background, while: writing)
                 }
                 defer { writing.finish() }
                 try await process(records, decoded: decoded, connection: &connection)
                 batchesDone.withLock { $0 += 1 }
-                Self.retire((consume records, consume decoded))
+                background.discard((consume records, consume decoded))
             }
         } catch is ShutdownWhileRetrying {
             logger.warning("shutdown requested while the database was unavailable: the batch in flight stays uncommitted")
@@ -212,13 +213,7 @@ public final class SinkService: Service, Sendable {
             prefetched = nil
         }
         if let connection { await connection.close() }
-    }
-
-    /// Frees a written batch on another thread while the next one is written: its events, document texts, bound
-    /// arrays and COPY rows are thousands of objects, and freeing them before the next batch's BEGIN kept PostgreSQL
-    /// waiting ~3 ms per batch of 1,500 (`FLEET_SINK_PHASES` timings, `fleet bench sink`).
-    static func retire(_ batch: sending ([SinkRecord], DecodedBatch)) {
-        Task.detached(priority: .utility) { withExtendedLifetime(batch) {} }
+        await background.shutdown()
     }
 
     /// Decodes, writes and marks one batch.

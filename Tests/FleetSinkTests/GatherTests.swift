@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import EntitlementDomain
 import FleetTestSupport
 import Foundation
@@ -56,11 +59,38 @@ struct GatherTests {
         }
     }
 
+    /// `SinkService.gather` with its background thread, stopped afterwards.
+    private func gather(
+        _ source: any EventBatchSource, limit: Int, _ writing: SinkService.WriteInProgress
+    ) async throws -> ([SinkRecord], SinkService.DecodedBatch) {
+        let background = BackgroundWork()
+        do {
+            let gathered = try await SinkService.gather(from: source, limit: limit, applier: EventApplier(), on: background, while: writing)
+            await background.shutdown()
+            return gathered
+        } catch {
+            await background.shutdown()
+            throw error
+        }
+    }
+
+    #if os(Linux)
+    @Test("the next batch is prepared on a thread of lower priority (nice +5 from the sink's)")
+    func backgroundThreadIsNicer() async throws {
+        let background = BackgroundWork()
+        let which = __priority_which_t(PRIO_PROCESS.rawValue)
+        let mine = getpriority(which, 0)
+        let theirs = try await background.run { getpriority(which, 0) }
+        await background.shutdown()
+        #expect(theirs == min(19, mine + BackgroundWork.niceness))
+    }
+    #endif
+
     @Test("records arriving during the write join the next batch, in order, up to a quarter of the batch size")
     func gathersUpToLimit() async throws {
         let source = TrickleSource(input(30, badAt: [7]))
         let writing = SinkService.WriteInProgress()  // never finishes: only the limit ends the gathering
-        let (records, decoded) = try await SinkService.gather(from: source, limit: 80, applier: EventApplier(), while: writing)
+        let (records, decoded) = try await gather(source, limit: 80, writing)
         #expect(records.map(\.offset) == Array(0..<20))
         #expect(decoded.accepted.map(\.0.offset) == (0..<20).filter { $0 != 7 })
         #expect(decoded.refused.map(\.0.offset) == [7])
@@ -72,7 +102,7 @@ struct GatherTests {
     func largeFirstTake() async throws {
         let source = MemoryThenTrickle(first: input(30))
         let writing = SinkService.WriteInProgress()
-        let (records, _) = try await SinkService.gather(from: source, limit: 100, applier: EventApplier(), while: writing)
+        let (records, _) = try await gather(source, limit: 100, writing)
         #expect(records.count == 30)
         #expect(source.moreCalls == 0)
     }
@@ -81,7 +111,7 @@ struct GatherTests {
     func stopsWhenWriteDone() async throws {
         let writing = SinkService.WriteInProgress()
         let source = TrickleSource(input(100), finishAfter: 5, writing: writing)
-        let (records, decoded) = try await SinkService.gather(from: source, limit: 2_000, applier: EventApplier(), while: writing)
+        let (records, decoded) = try await gather(source, limit: 2_000, writing)
         #expect(records.map(\.offset) == Array(0..<6))  // the first take and the five taken during the write
         #expect(decoded.accepted.count == 6)
         #expect(source.remaining == 94)
@@ -91,7 +121,7 @@ struct GatherTests {
     func defaultSource() async throws {
         let source = MemorySource(input(5))
         let writing = SinkService.WriteInProgress()
-        let (records, _) = try await SinkService.gather(from: source, limit: 100, applier: EventApplier(), while: writing)
+        let (records, _) = try await gather(source, limit: 100, writing)
         #expect(records.map(\.offset) == [0, 1, 2, 3, 4])
     }
 }
