@@ -177,3 +177,26 @@ public final class SilentTCPListener: @unchecked Sendable {
 
     deinit { close(fd) }
 }
+
+/// A loopback port bound but never listened on, held for as long as this object lives: a connection to it is
+/// refused at once (a responder that is down), and no other listener (a responder of a test running at the same time,
+/// one of this PKI's own) can be started on it meanwhile. A port merely found free when chosen could be taken later:
+/// a `fleet verify --revocation-check hard` test once saw its "down" responder answer `good`.
+public final class RefusingTCPPort: @unchecked Sendable {
+    public let port: Int
+    private let fd: Int32
+
+    public init() throws {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard let port = OCSPTestResponder.bindLoopback(fd, listening: false) else {
+            close(fd)
+            throw OCSPTestResponder.ResponderError("could not bind 127.0.0.1")
+        }
+        self.fd = fd
+        self.port = port
+    }
+
+    public var url: String { "http://127.0.0.1:\(port)" }
+
+    deinit { close(fd) }
+}

@@ -11,7 +11,7 @@ import X509
 ///   `revokedLeaf` revoked, `unknownLeaf` absent (answered unknown);
 /// - `revokedIntermediate`'s leaf names no responder, so only its (revoked) intermediate decides;
 /// - `wrongSigner`'s leaf names `rogueResponder`, which signs with a key of its own;
-/// - `down`'s leaf names a port nobody listens on, `slow`'s a listener that never answers.
+/// - `down`'s leaf names a port held bound without listening (refused), `slow`'s a listener that never answers.
 public final class RevocationTestPKI: @unchecked Sendable {
     public let good: TestPKI
     public let goodLeaves: [TestPKI]
@@ -25,13 +25,21 @@ public final class RevocationTestPKI: @unchecked Sendable {
     public let leafResponder: OCSPTestResponder
     public let rogueResponder: OCSPTestResponder
     public let silent: SilentTCPListener
+    /// Where `down`'s leaf points: bound, never listening (connections refused).
+    public let refusing: RefusingTCPPort
 
     /// - Parameter extraGoodLeaves: more good leaves under the same intermediate (counting tests).
     public init(extraGoodLeaves: Int = 0, validMinutes: Int = 60) throws {
-        let rootPort = try OCSPTestResponder.freePort()
-        let leafPort = try OCSPTestResponder.freePort()
-        let roguePort = try OCSPTestResponder.freePort()
-        let downPort = try OCSPTestResponder.freePort()
+        // Three distinct ports for the responders started below (each was only free when chosen), and a port held
+        // bound without listening for `down` (`RefusingTCPPort`), so that no responder can ever answer there.
+        var ports: [Int] = []
+        while ports.count < 3 {
+            let port = try OCSPTestResponder.freePort()
+            if !ports.contains(port) { ports.append(port) }
+        }
+        let (rootPort, leafPort, roguePort) = (ports[0], ports[1], ports[2])
+        let refusing = try RefusingTCPPort()
+        self.refusing = refusing
         let silent = try SilentTCPListener()
         self.silent = silent
         let url = { (port: Int) in "http://127.0.0.1:\(port)" }
@@ -47,7 +55,7 @@ public final class RevocationTestPKI: @unchecked Sendable {
         rogue.leafOCSPURL = url(roguePort)
         let wrongSigner = try good.withNewLeaf(options: rogue)
         var closed = o
-        closed.leafOCSPURL = url(downPort)
+        closed.leafOCSPURL = refusing.url
         let down = try good.withNewLeaf(options: closed)
         var hanging = o
         hanging.leafOCSPURL = silent.url
