@@ -44,6 +44,11 @@ public enum Loopback {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { return nil }
         defer { close(fd) }
+        return bindSocket(fd, port: port, listening: listening)
+    }
+
+    /// Binds `fd` to 127.0.0.1:`port` (0: the kernel picks), listening if asked; the bound port, or nil on failure.
+    static func bindSocket(_ fd: Int32, port: Int, listening: Bool) -> Int? {
         var addr = sockaddr_in()
         addr.sin_family = sa_family_t(AF_INET)
         addr.sin_port = in_port_t(UInt16(port).bigEndian)
@@ -51,9 +56,36 @@ public enum Loopback {
         var len = socklen_t(MemoryLayout<sockaddr_in>.size)
         let ok = withUnsafeMutablePointer(to: &addr) { p in
             p.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa in
-                bind(fd, sa, len) == 0 && (!listening || listen(fd, 1) == 0) && getsockname(fd, sa, &len) == 0
+                bind(fd, sa, len) == 0 && (!listening || listen(fd, 64) == 0) && getsockname(fd, sa, &len) == 0
             }
         }
         return ok ? Int(UInt16(bigEndian: addr.sin_port)) : nil
+    }
+
+    /// A loopback port held for as long as this object lives (the kernel picks it), so that nothing else can listen
+    /// there meanwhile. Listening: connections complete and are never answered (a server that hangs). Not listening:
+    /// connections are refused at once (a server that is down).
+    public final class HeldPort: @unchecked Sendable {
+        public let port: Int
+        private let fd: Int32
+
+        public struct BindFailed: Error, CustomStringConvertible {
+            public var description: String { "could not bind a port on 127.0.0.1" }
+        }
+
+        public init(listening: Bool) throws {
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            guard fd >= 0, let port = Loopback.bindSocket(fd, port: 0, listening: listening) else {
+                if fd >= 0 { close(fd) }
+                throw BindFailed()
+            }
+            self.fd = fd
+            self.port = port
+        }
+
+        /// `http://127.0.0.1:port`.
+        public var url: String { "http://127.0.0.1:\(port)" }
+
+        deinit { close(fd) }
     }
 }

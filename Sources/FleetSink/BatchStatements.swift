@@ -76,7 +76,7 @@ extension BatchPlan {
     }
 
     /// The columns the COPY of notifications fills: all but `applied_at`, which PostgreSQL fills with `now()`.
-    static let notificationCopyColumns = Array(notificationColumns.dropLast())
+    static let notificationCopyColumns = notificationColumns.filter { $0 != "applied_at" }
 
     /// The notifications columns the insert fills, in their order (`applied_at` last).
     static let notificationColumns = [

@@ -113,21 +113,6 @@ public final class OCSPTestResponder: @unchecked Sendable {
         guard port > 0 else { throw ResponderError("no free loopback port") }
         return port
     }
-
-    /// Binds `fd` to 127.0.0.1 on a port the kernel picks (and listens, if asked); the port, or nil on failure.
-    static func bindLoopback(_ fd: Int32, listening: Bool) -> Int? {
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_port = 0
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let ok = withUnsafeMutablePointer(to: &addr) { ptr in
-            ptr.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa -> Bool in
-                bind(fd, sa, len) == 0 && (!listening || listen(fd, 64) == 0) && getsockname(fd, sa, &len) == 0
-            }
-        }
-        return ok ? Int(UInt16(bigEndian: addr.sin_port)) : nil
-    }
 }
 
 /// The responders still running, stopped when this process exits. A responder held for a whole test run (a suite's
@@ -155,48 +140,4 @@ enum LiveResponders {
             try? FileManager.default.removeItem(atPath: directory)
         }
     }
-}
-
-/// A TCP listener that accepts connections (the kernel completes the handshake) and never answers: a responder
-/// that hangs, for timeout tests.
-public final class SilentTCPListener: @unchecked Sendable {
-    public let port: Int
-    private let fd: Int32
-
-    public init() throws {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard let port = OCSPTestResponder.bindLoopback(fd, listening: true) else {
-            close(fd)
-            throw OCSPTestResponder.ResponderError("could not listen on 127.0.0.1")
-        }
-        self.fd = fd
-        self.port = port
-    }
-
-    public var url: String { "http://127.0.0.1:\(port)" }
-
-    deinit { close(fd) }
-}
-
-/// A loopback port bound but never listened on, held for as long as this object lives: a connection to it is
-/// refused at once (a responder that is down), and no other listener (a responder of a test running at the same time,
-/// one of this PKI's own) can be started on it meanwhile. A port merely found free when chosen could be taken later:
-/// a `fleet verify --revocation-check hard` test once saw its "down" responder answer `good`.
-public final class RefusingTCPPort: @unchecked Sendable {
-    public let port: Int
-    private let fd: Int32
-
-    public init() throws {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard let port = OCSPTestResponder.bindLoopback(fd, listening: false) else {
-            close(fd)
-            throw OCSPTestResponder.ResponderError("could not bind 127.0.0.1")
-        }
-        self.fd = fd
-        self.port = port
-    }
-
-    public var url: String { "http://127.0.0.1:\(port)" }
-
-    deinit { close(fd) }
 }

@@ -1,4 +1,5 @@
 import Crypto
+import FleetLoopback
 import Foundation
 import X509
 
@@ -24,23 +25,24 @@ public final class RevocationTestPKI: @unchecked Sendable {
     public let rootResponder: OCSPTestResponder
     public let leafResponder: OCSPTestResponder
     public let rogueResponder: OCSPTestResponder
-    public let silent: SilentTCPListener
+    /// Where `slow`'s leaf points: listening, never answering.
+    public let silent: Loopback.HeldPort
     /// Where `down`'s leaf points: bound, never listening (connections refused).
-    public let refusing: RefusingTCPPort
+    public let refusing: Loopback.HeldPort
 
     /// - Parameter extraGoodLeaves: more good leaves under the same intermediate (counting tests).
     public init(extraGoodLeaves: Int = 0, validMinutes: Int = 60) throws {
         // Three distinct ports for the responders started below (each was only free when chosen), and a port held
-        // bound without listening for `down` (`RefusingTCPPort`), so that no responder can ever answer there.
+        // bound without listening for `down` (`Loopback.HeldPort`), so that no responder can ever answer there.
         var ports: [Int] = []
         while ports.count < 3 {
             let port = try OCSPTestResponder.freePort()
             if !ports.contains(port) { ports.append(port) }
         }
         let (rootPort, leafPort, roguePort) = (ports[0], ports[1], ports[2])
-        let refusing = try RefusingTCPPort()
+        let refusing = try Loopback.HeldPort(listening: false)
         self.refusing = refusing
-        let silent = try SilentTCPListener()
+        let silent = try Loopback.HeldPort(listening: true)
         self.silent = silent
         let url = { (port: Int) in "http://127.0.0.1:\(port)" }
 
