@@ -58,23 +58,95 @@ public struct EventApplier: Sendable {
     /// As `apply(_:connection:logger:)`, on a connection that something else may close meanwhile (the sink's batch
     /// timeout): its COPYs keep that close from reaching PostgresNIO mid-COPY (`GuardedConnection`).
     public func apply(_ batch: PreparedBatch, connection guarded: GuardedConnection, logger: Logger) async throws -> ApplyOutcome {
+        try await apply(batch, connection: guarded, opened: nil, openNext: nil, logger: logger).outcome
+    }
+
+    /// Writes `batch` in one transaction. `opened`: the batch's transaction already begun on `guarded` by the call
+    /// before (`open(_:on:logger:)`); it is used, or closed and abandoned when it is not on `guarded`.
+    ///
+    /// `openNext`, once the batch's writes are all done and its COMMIT is queued, may hand over the next batch: its
+    /// transaction is then begun right behind the COMMIT (BEGIN, locks, reads and the COPYs that need nothing read,
+    /// `BatchPlan.open`), and returned. PostgreSQL goes from this batch's COMMIT to the next batch's work without
+    /// waiting for the sink to see the COMMIT's answer, mark the offsets and come back (~8 ms of a ~55 ms batch at
+    /// `bench sink`'s rate, during which the backend sat idle). The next batch's statements run after the COMMIT on
+    /// the same connection, so its reads see this batch's rows; if the COMMIT fails, the connection is closed (the
+    /// next batch's transaction with it) and the error thrown.
+    ///
+    /// Redelivered events are rare (a restart, a rebalance, a worker retrying), and so are notifications and
+    /// transaction versions stored under another event (the second event of an upgrade in a later batch; one signed
+    /// transaction delivered by the app and by Apple): the batch is first written as if every row were new, with plain
+    /// inserts (no ON CONFLICT: no speculative insertion, no extra index probe per row). A row already stored fails
+    /// its insert (unique violation), and the batch is then rolled back and written again with the stored events
+    /// looked up and left out and ON CONFLICT DO NOTHING on those inserts.
+    func apply(
+        _ batch: PreparedBatch, connection guarded: GuardedConnection, opened: OpenedBatch?,
+        openNext: (@Sendable () async -> PreparedBatch?)?, logger: Logger
+    ) async throws -> (outcome: ApplyOutcome, next: OpenedBatch?) {
+        var opened = opened
+        if let stale = opened, stale.guarded !== guarded || batch.plan.events.isEmpty {
+            await stale.abandon()
+            opened = nil
+        }
+        if batch.plan.events.isEmpty { return (ApplyOutcome(), nil) }
         let connection = guarded.connection
-        if batch.plan.events.isEmpty { return ApplyOutcome() }
-        // Redelivered events are rare (a restart, a rebalance, a worker retrying), and so are notifications and
-        // transaction versions stored under another event (the second event of an upgrade in a later batch; one
-        // signed transaction delivered by the app and by Apple): the batch is first written as if every row were new,
-        // with plain inserts (no ON CONFLICT: no speculative insertion, no extra index probe per row). A row already
-        // stored fails its insert (unique violation), and the batch is then rolled back and written again with the
-        // stored events looked up and left out and ON CONFLICT DO NOTHING on those inserts.
+        let outcome: ApplyOutcome
         do {
-            return try await connection.withTransaction(logger: logger) { tx in
-                try await batch.plan.execute(on: tx, copying: guarded, checkStored: false, logger: logger)
-            }
-        } catch let error as PostgresTransactionError where error.rollbackError == nil && BatchPlan.metStoredRows(error) {
-            return try await connection.withTransaction(logger: logger) { tx in
+            outcome = try await (opened ?? open(batch, on: guarded, logger: logger)).finish(logger: logger)
+        } catch {
+            var failure = BatchTransactionError(closureError: error)
+            do { try await connection.query("ROLLBACK", logger: logger) } catch { failure.rollbackError = error }
+            guard failure.rollbackError == nil, BatchPlan.metStoredRows(error) else { throw failure }
+            let outcome = try await connection.withTransaction(logger: logger) { tx in
                 try await batch.plan.execute(on: tx, copying: guarded, checkStored: true, logger: logger)
             }
+            return (outcome, nil)
         }
+        let committed: EventLoopFuture<PostgresQueryResult> = connection.query("COMMIT", logger: logger)
+        var next: OpenedBatch?
+        if let openNext, let upcoming = await openNext(), !upcoming.plan.events.isEmpty {
+            next = open(upcoming, on: guarded, logger: logger)
+        }
+        do {
+            _ = try await committed.get()
+        } catch {
+            if let next {
+                await guarded.close()
+                await next.abandon()
+            }
+            throw BatchTransactionError(commitError: error)
+        }
+        return (outcome, next)
+    }
+
+    /// Begins `batch`'s transaction on `guarded` (first attempt: every row assumed new) and queues its first
+    /// statements, without waiting for any answer (`OpenedBatch`).
+    func open(_ batch: PreparedBatch, on guarded: GuardedConnection, logger: Logger) -> OpenedBatch {
+        let begun = guarded.connection.query("BEGIN", logger: logger)
+        return batch.plan.open(on: guarded, begun: begun, logger: logger)
+    }
+}
+
+/// How a batch's own transaction failed (the sink's transactions are begun and ended by `EventApplier.apply`, so
+/// that a COMMIT can be queued with the next batch's first statements behind it): like PostgresNIO's
+/// `PostgresTransactionError`, the statement's error and whether the rollback after it failed too.
+public struct BatchTransactionError: Error, CustomStringConvertible {
+    /// The error of a statement of the batch (the transaction was then rolled back).
+    public var closureError: (any Error)?
+    /// The error of the ROLLBACK sent after `closureError`: the connection broke.
+    public var rollbackError: (any Error)?
+    /// The error of the COMMIT.
+    public var commitError: (any Error)?
+
+    init(closureError: (any Error)? = nil, rollbackError: (any Error)? = nil, commitError: (any Error)? = nil) {
+        self.closureError = closureError
+        self.rollbackError = rollbackError
+        self.commitError = commitError
+    }
+
+    public var description: String {
+        if let commitError { return "the batch's COMMIT failed: \(String(reflecting: commitError))" }
+        return "the batch failed: \(closureError.map { String(reflecting: $0) } ?? "?")"
+            + (rollbackError.map { "; its ROLLBACK failed too: \(String(reflecting: $0))" } ?? "")
     }
 }
 
@@ -91,6 +163,167 @@ final class FirstFailure: Sendable {
     }
 
     var error: (any Error)? { first.withLock { $0 } }
+}
+
+/// A batch whose first statements are queued on a connection (`BatchPlan.open`): the BEGIN (when it opened the
+/// transaction), the locks, the reads and the writes that need nothing read, none of them awaited yet. `finish`
+/// awaits them, folds, and queues and awaits the rest; `abandon` gives it up.
+final class OpenedBatch: Sendable {
+    typealias Answer = EventLoopFuture<PostgresQueryResult>
+    typealias Appended = (copied: [String: Int], currentFacts: Answer?)
+
+    let guarded: GuardedConnection
+    let plan: BatchPlan
+    /// The events written (the batch's, less those already stored and second copies).
+    let fresh: [EntitlementEvent]
+    /// nil: nothing to write (every event of the batch was already stored).
+    let writes: BatchPlan.Statements?
+    let failures: FirstFailure
+    let begun: Answer?
+    let locked: Answer?
+    let entitlementsRead: Answer?
+    let ledgerEntriesRead: Answer?
+    let ledgerRestoresRead: Answer?
+    let notifications: Answer?
+    let transactionsInserted: Answer?
+    let appended: Task<Appended, Never>?
+
+    init(
+        guarded: GuardedConnection, plan: BatchPlan, fresh: [EntitlementEvent], writes: BatchPlan.Statements?,
+        failures: FirstFailure, begun: Answer?, locked: Answer?, entitlementsRead: Answer? = nil,
+        ledgerEntriesRead: Answer? = nil, ledgerRestoresRead: Answer? = nil, notifications: Answer? = nil,
+        transactionsInserted: Answer? = nil, appended: Task<Appended, Never>? = nil
+    ) {
+        self.guarded = guarded
+        self.plan = plan
+        self.fresh = fresh
+        self.writes = writes
+        self.failures = failures
+        self.begun = begun
+        self.locked = locked
+        self.entitlementsRead = entitlementsRead
+        self.ledgerEntriesRead = ledgerEntriesRead
+        self.ledgerRestoresRead = ledgerRestoresRead
+        self.notifications = notifications
+        self.transactionsInserted = transactionsInserted
+        self.appended = appended
+    }
+
+    struct Abandoned: Error, CustomStringConvertible {
+        var description: String { "the batch was abandoned before it was written" }
+    }
+
+    /// Gives the batch up: nothing more is sent for it, its connection is closed (which rolls its transaction
+    /// back), and its COPYs' task is awaited. Its records were never marked: they are written again later.
+    func abandon() async {
+        failures.keep(Abandoned())
+        await guarded.close()
+        _ = await appended?.value
+    }
+
+    /// Awaits the reads, folds (EntitlementRules), queues the writes that depend on the fold and awaits every
+    /// statement of the batch. Throws the error PostgreSQL met first (the transaction is then aborted).
+    func finish(logger: Logger) async throws -> ApplyOutcome {
+        let tx = guarded.connection
+        var outcome = ApplyOutcome()
+        let trace = BatchPlan.tracePhases
+        var mark = ContinuousClock.now
+        var phases: [String] = []
+        func phase(_ name: String) {
+            guard trace else { return }
+            let now = ContinuousClock.now
+            phases.append("\(name)=\(Int((now - mark) / .microseconds(1)) / 1000)ms")
+            mark = now
+        }
+        defer { if trace { FileHandle.standardError.write((phases.joined(separator: " ") + "\n").data(using: .utf8)!) } }
+
+        // Every statement goes to the connection's queue as soon as nothing it needs is missing, without waiting for
+        // the answer of the one before: PostgresNIO sends a queued statement the moment the previous one completes, so
+        // PostgreSQL goes from the locks to the reads to the writes without waiting for this task, which meanwhile
+        // decodes the rows read and folds (`bench sink`, alternated with the one-by-one build: 12,721-14,058 vs
+        // 10,704-13,916 events/s). A statement queued behind a failed one only fails with 25P02 (`FirstFailure`).
+        func queue(_ query: PostgresQuery?) -> Answer? {
+            query.map { tx.query($0, logger: logger) }
+        }
+        func settle<T: Sendable>(_ future: EventLoopFuture<T>?) async -> T? {
+            do { return try await future?.get() } catch { failures.keep(error); return nil }
+        }
+        /// The rows a statement wrote, from its one `count(*)` row.
+        func rowCount(_ future: Answer?) async -> Int? {
+            guard let result = await settle(future) else { return nil }
+            do { return try result.rows.reduce(0) { $0 + Int(try $1.decode(Int64.self)) } } catch { failures.keep(error); return nil }
+        }
+
+        _ = await settle(begun)
+        outcome.duplicate = plan.events.count - fresh.count
+        guard let writes else {
+            _ = await settle(locked)
+            if let failure = failures.error { throw failure }
+            return outcome
+        }
+        _ = await settle(locked)
+        let entitlementRows = await settle(entitlementsRead)
+        let ledgerEntries = await settle(ledgerEntriesRead)
+        let ledgerRestores = await settle(ledgerRestoresRead)
+        phase("reads")
+        var decision: EntitlementRules.Decision?
+        if failures.error == nil {
+            do {
+                let entitlements = try plan.decodeEntitlements(entitlementRows?.rows ?? [])
+                let ledgers = try plan.decodeLedgers((ledgerEntries?.rows ?? [], ledgerRestores?.rows ?? []))
+                phase("load")
+                // 4. The entitlement rules (pure Swift, EntitlementRules).
+                decision = EntitlementRules.fold(fresh, entitlements: entitlements, ledgers: ledgers)
+                phase("fold")
+            } catch { failures.keep(error) }
+        }
+        guard let decision else {
+            // The reads failed: nothing may be written. The COPYs' task sees the failure and sends nothing more.
+            _ = await appended?.value
+            throw failures.error!
+        }
+        let statuses = decision.statuses
+        for (event, status) in zip(fresh, statuses) {
+            outcome.statuses[event.eventId] = status
+            switch status {
+            case .applied: outcome.applied += 1
+            case .stale: outcome.stale += 1
+            case .duplicate: outcome.duplicate += 1
+            }
+        }
+
+        // 5. The writes that depend on the fold, queued together behind the others; the COPY of the events once the
+        // COPYs before it are done (one COPY at a time on a connection).
+        let eventsWritten = queue(writes.events?.query(statuses: statuses))
+        let entitlementsWritten = queue(BatchPlan.entitlementsWrite(decision.changedRows))
+        let ledgerWritten = queue(BatchPlan.ledgerWrite(decision.newLedgerEntries))
+        var (copied, transactions) = await appended?.value ?? ([:], nil)
+        phase("notifications+versions")
+        if let copy = writes.eventsCopy?.completed(last: statuses.map(\.rawValue)), failures.error == nil {
+            do {
+                try await guarded.copy(copy, logger: logger)
+                copied[copy.table] = copy.rowCount
+            } catch { failures.keep(error) }
+        }
+        transactions = transactions ?? transactionsInserted
+        // Every queued statement is awaited. The error thrown is the one PostgreSQL met first: a statement queued
+        // behind a failed one only reports that the transaction is aborted (25P02), and a first attempt's unique
+        // violation must surface as itself for `metStoredRows`.
+        outcome.rowsWritten["notifications"] = await rowCount(notifications) ?? copied["notifications"]
+        if let row = await settle(transactions)?.rows.first {
+            do {
+                let (versions, current) = try row.decode((Int64, Int64).self)
+                outcome.rowsWritten["transaction_versions"] = Int(versions) + (copied["transaction_versions"] ?? 0)
+                outcome.rowsWritten["transactions"] = Int(current)
+            } catch { failures.keep(error) }
+        }
+        outcome.rowsWritten["entitlement_events"] = await rowCount(eventsWritten) ?? copied["entitlement_events"]
+        outcome.rowsWritten["entitlements"] = await rowCount(entitlementsWritten) ?? 0
+        outcome.rowsWritten["consumable_ledger"] = await rowCount(ledgerWritten) ?? 0
+        if let failure = failures.error { throw failure }
+        phase("events+entitlements+ledger+facts")
+        return outcome
+    }
 }
 
 /// A batch ready to be written (see `EventApplier.prepare`).
@@ -234,8 +467,8 @@ struct BatchPlan: Sendable {
 
     /// Whether a rolled-back batch failed because some of its rows were already stored: an insert written for new
     /// rows only (no ON CONFLICT) met an event, a notification or a transaction version with the same key.
-    static func metStoredRows(_ error: PostgresTransactionError) -> Bool {
-        guard let server = (error.closureError as? PSQLError)?.serverInfo, server[.sqlState] == "23505" else { return false }
+    static func metStoredRows(_ error: any Error) -> Bool {
+        guard let server = (SinkService.unwrap(error) as? PSQLError)?.serverInfo, server[.sqlState] == "23505" else { return false }
         return server[.constraintName].map(storedRowKeys.contains) ?? false
     }
 
@@ -248,53 +481,40 @@ struct BatchPlan: Sendable {
 
     /// With `checkStored`, events already in entitlement_events are looked up first and left out, and the inserts of
     /// events, notifications and transaction versions skip stored rows; without it, every row is assumed new, and an
-    /// insert that meets a stored one fails the batch (`metStoredRows`).
+    /// insert that meets a stored one fails the batch (`metStoredRows`). Runs inside a transaction begun on `tx`.
     /// `copying` is `tx` guarded: the COPYs go through it.
     func execute(on tx: PostgresConnection, copying guarded: GuardedConnection, checkStored: Bool, logger: Logger) async throws -> ApplyOutcome {
         precondition(guarded.connection === tx, "the COPYs go on the transaction's connection")
-        var outcome = ApplyOutcome()
-        let trace = Self.tracePhases
-        var mark = ContinuousClock.now
-        var phases: [String] = []
-        func phase(_ name: String) {
-            guard trace else { return }
-            let now = ContinuousClock.now
-            phases.append("\(name)=\(Int((now - mark) / .microseconds(1)) / 1000)ms")
-            mark = now
-        }
-        defer { if trace { FileHandle.standardError.write((phases.joined(separator: " ") + "\n").data(using: .utf8)!) } }
+        guard checkStored else { return try await open(on: guarded, begun: nil, logger: logger).finish(logger: logger) }
+        // Redelivered events, looked up once the locks are held.
+        let locked = lockQuery.map { tx.query($0, logger: logger) }
+        _ = try await locked?.get()
+        var known = Set<String>()
+        var b = ColumnBinds()
+        let ids = b.add(events.map(\.eventId))
+        let rows = try await tx.query(b.query(
+            "SELECT event_id FROM entitlement_events WHERE event_id = ANY(\(ids)::text[])"), logger: logger)
+        for try await id in rows.decode(String.self) { known.insert(id) }
+        return try await open(on: guarded, begun: nil, checkStored: true, known: known, locked: locked, logger: logger)
+            .finish(logger: logger)
+    }
 
-        // Every statement goes to the connection's queue as soon as nothing it needs is missing, without waiting for
-        // the answer of the one before: PostgresNIO sends a queued statement the moment the previous one completes, so
-        // PostgreSQL goes from the locks to the reads to the writes without waiting for this task, which meanwhile
-        // decodes the rows read and folds (`bench sink`, alternated with the one-by-one build: 12,721-14,058 vs
-        // 10,704-13,916 events/s). A statement queued behind a failed one only fails with 25P02 (`FirstFailure`).
-        let failures = FirstFailure()
+    /// Queues the batch's first statements on `guarded` without waiting for any answer: the locks (unless `locked`
+    /// already took them), the reads the fold needs, and the writes that need nothing read (the notifications and
+    /// transaction versions, whose COPYs a task sends behind the reads). `begun`: the BEGIN queued just before, if
+    /// any. `known`: the events already stored (`checkStored`).
+    func open(
+        on guarded: GuardedConnection, begun: EventLoopFuture<PostgresQueryResult>?, checkStored: Bool = false,
+        known: Set<String> = [], locked: EventLoopFuture<PostgresQueryResult>? = nil, logger: Logger
+    ) -> OpenedBatch {
+        let tx = guarded.connection
         func queue(_ query: PostgresQuery?) -> EventLoopFuture<PostgresQueryResult>? {
             query.map { tx.query($0, logger: logger) }
         }
-        func settle<T: Sendable>(_ future: EventLoopFuture<T>?) async -> T? {
-            do { return try await future?.get() } catch { failures.keep(error); return nil }
-        }
-        /// The rows a statement wrote, from its one `count(*)` row.
-        func rowCount(_ future: EventLoopFuture<PostgresQueryResult>?) async -> Int? {
-            guard let result = await settle(future) else { return nil }
-            do { return try result.rows.reduce(0) { $0 + Int(try $1.decode(Int64.self)) } } catch { failures.keep(error); return nil }
-        }
-
         // 1. Serialize with other sinks on every entitlement / consumable key of the batch.
-        let locked = queue(lockQuery)
-
-        // 2. Redelivered events (second attempt only: looked up once the locks are held).
-        var known = Set<String>()
-        if checkStored {
-            _ = try await locked?.get()
-            var b = ColumnBinds()
-            let ids = b.add(events.map(\.eventId))
-            let rows = try await tx.query(b.query(
-                "SELECT event_id FROM entitlement_events WHERE event_id = ANY(\(ids)::text[])"), logger: logger)
-            for try await id in rows.decode(String.self) { known.insert(id) }
-        }
+        let locked = locked ?? queue(lockQuery)
+        // 2. Redelivered events (`known`) and second copies of an event inside the batch are duplicates.
+        var known = known
         var fresh = events
         if checkStored || repeatsEventId {
             fresh = []
@@ -303,90 +523,27 @@ struct BatchPlan: Sendable {
                 fresh.append(event)
             }
         }
-        outcome.duplicate = events.count - fresh.count
-        if fresh.isEmpty {
-            _ = try await locked?.get()
-            return outcome
+        let failures = FirstFailure()
+        guard !fresh.isEmpty else {
+            return OpenedBatch(
+                guarded: guarded, plan: self, fresh: fresh, writes: nil, failures: failures, begun: begun, locked: locked)
         }
         // Built before the transaction (with the reads) unless some events of the batch were already stored.
         let writes = !checkStored && fresh.count == events.count
             ? allNew : Statements(events: fresh, texts: texts, stored: checkStored ? .skip : .fail)
-
         // 3. Current entitlement rows and ledger entries for the keys touched (queued behind the locks), then the
         // notifications and transaction facts, which depend on nothing read. In the first attempt a row of theirs
         // already stored fails its insert, and the whole transaction is rolled back and written again.
-        let entitlementsRead = queue(writes.entitlementsRead)
-        let ledgerEntriesRead = queue(writes.ledgerReads?.entries)
-        let ledgerRestoresRead = queue(writes.ledgerReads?.restores)
-        let notifications = queue(writes.notifications)
-        let transactionsInserted = writes.versionsCopy == nil ? queue(writes.transactions) : nil
-        // The COPYs of notifications and transaction versions need nothing read either: a child task sends them
-        // behind the reads, so PostgreSQL works through them while this task decodes the rows read and folds
-        // (before, it sat idle for the fold and the decoding, ~5-8 ms of a ~64 ms batch, `FLEET_SINK_PHASES`).
-        async let appended = Self.copyAppends(writes, on: guarded, failures: failures, logger: logger)
-        phase("queued")
-
-        _ = await settle(locked)
-        let entitlementRows = await settle(entitlementsRead)
-        let ledgerEntries = await settle(ledgerEntriesRead)
-        let ledgerRestores = await settle(ledgerRestoresRead)
-        var decision: EntitlementRules.Decision?
-        if failures.error == nil {
-            do {
-                let entitlements = try decodeEntitlements(entitlementRows?.rows ?? [])
-                let ledgers = try decodeLedgers((ledgerEntries?.rows ?? [], ledgerRestores?.rows ?? []))
-                phase("load")
-                // 4. The entitlement rules (pure Swift, EntitlementRules).
-                decision = EntitlementRules.fold(fresh, entitlements: entitlements, ledgers: ledgers)
-                phase("fold")
-            } catch { failures.keep(error) }
-        }
-        guard let decision else {
-            // The reads failed: nothing may be written. The COPYs' task sees the failure and sends nothing more.
-            _ = await appended
-            throw failures.error!
-        }
-        let statuses = decision.statuses
-        for (event, status) in zip(fresh, statuses) {
-            outcome.statuses[event.eventId] = status
-            switch status {
-            case .applied: outcome.applied += 1
-            case .stale: outcome.stale += 1
-            case .duplicate: outcome.duplicate += 1
-            }
-        }
-
-        // 5. The writes that depend on the fold, queued together behind the others; the COPY of the events once the
-        // COPYs before it are done (one COPY at a time on a connection).
-        let eventsWritten = queue(writes.events?.query(statuses: statuses))
-        let entitlementsWritten = queue(Self.entitlementsWrite(decision.changedRows))
-        let ledgerWritten = queue(Self.ledgerWrite(decision.newLedgerEntries))
-        var (copied, transactions) = await appended
-        phase("notifications+versions")
-        if let copy = writes.eventsCopy?.completed(last: statuses.map(\.rawValue)), failures.error == nil {
-            do {
-                try await guarded.copy(copy, logger: logger)
-                copied[copy.table] = copy.rowCount
-            } catch { failures.keep(error) }
-        }
-        transactions = transactions ?? transactionsInserted
-        // Every queued statement is awaited. The error thrown is the one PostgreSQL met first: a statement queued
-        // behind a failed one only reports that the transaction is aborted (25P02), and a first attempt's unique
-        // violation must surface as itself for `metStoredRows`.
-        outcome.rowsWritten["notifications"] = await rowCount(notifications) ?? copied["notifications"]
-        if let row = await settle(transactions)?.rows.first {
-            do {
-                let (versions, current) = try row.decode((Int64, Int64).self)
-                outcome.rowsWritten["transaction_versions"] = Int(versions) + (copied["transaction_versions"] ?? 0)
-                outcome.rowsWritten["transactions"] = Int(current)
-            } catch { failures.keep(error) }
-        }
-        outcome.rowsWritten["entitlement_events"] = await rowCount(eventsWritten) ?? copied["entitlement_events"]
-        outcome.rowsWritten["entitlements"] = await rowCount(entitlementsWritten) ?? 0
-        outcome.rowsWritten["consumable_ledger"] = await rowCount(ledgerWritten) ?? 0
-        if let failure = failures.error { throw failure }
-        phase("events+entitlements+ledger+facts")
-        return outcome
+        let opened = OpenedBatch(
+            guarded: guarded, plan: self, fresh: fresh, writes: writes, failures: failures, begun: begun, locked: locked,
+            entitlementsRead: queue(writes.entitlementsRead), ledgerEntriesRead: queue(writes.ledgerReads?.entries),
+            ledgerRestoresRead: queue(writes.ledgerReads?.restores), notifications: queue(writes.notifications),
+            transactionsInserted: writes.versionsCopy == nil ? queue(writes.transactions) : nil,
+            // The COPYs of notifications and transaction versions need nothing read either: a task sends them behind
+            // the reads, so PostgreSQL works through them while the batch's task decodes the rows read and folds
+            // (before, it sat idle for the fold and the decoding, ~5-8 ms of a ~64 ms batch, `FLEET_SINK_PHASES`).
+            appended: Task { await Self.copyAppends(writes, on: guarded, failures: failures, logger: logger) })
+        return opened
     }
 
     /// The COPYs of a first attempt that need nothing read (notifications, then transaction versions), each sent once
@@ -446,7 +603,7 @@ struct BatchPlan: Sendable {
             """)
     }
 
-    private func decodeEntitlements(_ rows: [PostgresRow]) throws -> [EntitlementKey: EntitlementRow] {
+    fileprivate func decodeEntitlements(_ rows: [PostgresRow]) throws -> [EntitlementKey: EntitlementRow] {
         var result: [EntitlementKey: EntitlementRow] = [:]
         result.reserveCapacity(rows.count)
         for row in rows {
@@ -494,7 +651,7 @@ struct BatchPlan: Sendable {
         return (entries, restores)
     }
 
-    private func decodeLedgers(_ rows: (entries: [PostgresRow], restores: [PostgresRow])) throws -> [LedgerKey: LedgerState] {
+    fileprivate func decodeLedgers(_ rows: (entries: [PostgresRow], restores: [PostgresRow])) throws -> [LedgerKey: LedgerState] {
         var result: [LedgerKey: LedgerState] = [:]
         for row in rows.entries {
             let (environment, transactionId, entry, key, amount, signed, subject, product, original, eventId) =

@@ -5,10 +5,15 @@ import Synchronization
 // The next batch: gathered, decoded and prepared while the current one is written (`SinkService.run`).
 extension SinkService {
     /// Set once the batch being written is done: until then the next batch keeps gathering what arrives.
+    /// Also tells whether the next batch is gathered and prepared (`gathered()`), so that the writer can begin it
+    /// without waiting.
     final class WriteInProgress: Sendable {
         private let done = Mutex(false)
+        private let nextReady = Mutex(false)
         func finish() { done.withLock { $0 = true } }
         var isDone: Bool { done.withLock { $0 } }
+        func gathered() { nextReady.withLock { $0 = true } }
+        var isGathered: Bool { nextReady.withLock { $0 } }
     }
 
     /// The next batch, gathered while the current one is written: it waits for the first records, then keeps adding

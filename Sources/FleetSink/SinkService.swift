@@ -113,6 +113,8 @@ public final class SinkService: Service, Sendable {
         public var rejected: Int
         public var outcome: ApplyOutcome
         public var duration: Duration
+        /// Whether the batch's transaction was begun behind the previous batch's COMMIT (`EventApplier.apply`).
+        public var begunAhead: Bool = false
     }
 
     public init(
@@ -143,6 +145,8 @@ public final class SinkService: Service, Sendable {
         var lastProbe = ContinuousClock.now
         var lastConnectWarning = ContinuousClock.now - .seconds(60)
         var prefetched: Task<([SinkRecord], DecodedBatch), any Error>?
+        /// The next batch's transaction, begun behind the last batch's COMMIT (`EventApplier.apply`'s `openNext`).
+        var opened: OpenedBatch?
         let background = BackgroundWork()
         defer {
             prefetched?.cancel()
@@ -193,11 +197,28 @@ public final class SinkService: Service, Sendable {
                 // Fetch and decode the next batch while this one is written. Its offsets are marked only after its
                 // own transaction, so a crash in between redelivers it, as for any unwritten batch.
                 let writing = WriteInProgress()
-                prefetched = Task { [source, applier, limit = configuration.maxBatchSize] in
-                    try await Self.gather(from: source, limit: limit, applier: applier, on: background, while: writing)
+                let upcoming = Task { [source, applier, limit = configuration.maxBatchSize] in
+                    let next = try await Self.gather(from: source, limit: limit, applier: applier, on: background, while: writing)
+                    writing.gathered()
+                    return next
                 }
+                prefetched = upcoming
                 defer { writing.finish() }
-                try await process(records, decoded: decoded, connection: &connection)
+                // Once this batch's writes are done and its COMMIT is queued, the next batch is begun behind it when
+                // it is already gathered and prepared (never waited for: with records still arriving it keeps
+                // gathering until this write is done), unless this batch has records to reject first (its
+                // producer's retries must not hold the next transaction open) or a shutdown was requested.
+                var openNext: (@Sendable () async -> PreparedBatch?)?
+                if decoded.refused.isEmpty {
+                    openNext = { @Sendable () async -> PreparedBatch? in
+                        guard writing.isGathered, !Task.isShuttingDownGracefully,
+                              let next = try? await upcoming.value, next.1.refused.isEmpty else { return nil }
+                        return next.1.prepared
+                    }
+                }
+                let begun = opened
+                opened = nil
+                opened = try await process(records, decoded: decoded, connection: &connection, opened: begun, openNext: openNext)
                 batchesDone.withLock { $0 += 1 }
                 background.discard((consume records, consume decoded))
             }
@@ -205,6 +226,12 @@ public final class SinkService: Service, Sendable {
             logger.warning("shutdown requested while the database was unavailable: the batch in flight stays uncommitted")
         } catch is CancellationError {
             logger.info("sink cancelled")
+        }
+        if let begun = opened {
+            // The next batch's transaction was begun behind the last COMMIT: rolled back (its connection closed).
+            await begun.abandon()
+            opened = nil
+            connection = nil
         }
         if let next = prefetched {
             // Its records were never written: not marked, so they are redelivered to whoever owns the partition next.
@@ -216,18 +243,25 @@ public final class SinkService: Service, Sendable {
         await background.shutdown()
     }
 
-    /// Decodes, writes and marks one batch.
-    func process(_ records: [SinkRecord], decoded batch: DecodedBatch, connection: inout GuardedConnection?) async throws {
+    /// Writes and marks one batch (decoded and prepared). `opened`: its transaction, begun behind the last batch's
+    /// COMMIT. Returns the next batch's transaction when `openNext` handed that batch over (`EventApplier.apply`).
+    func process(
+        _ records: [SinkRecord], decoded batch: DecodedBatch, connection: inout GuardedConnection?,
+        opened: OpenedBatch? = nil, openNext: (@Sendable () async -> PreparedBatch?)? = nil
+    ) async throws -> OpenedBatch? {
         let started = ContinuousClock.now
         let accepted = batch.accepted
         var refused = batch.refused
-        let decoded = ContinuousClock.now
         var outcome = ApplyOutcome()
+        var next: OpenedBatch?
         if !accepted.isEmpty {
             let isolated: [(SinkRecord, SinkRejection, String)]
-            (outcome, isolated) = try await applyWithRetry(accepted, prepared: batch.prepared, connection: &connection)
+            (outcome, isolated, next) = try await applyWithRetry(
+                accepted, prepared: batch.prepared, connection: &connection, opened: opened, openNext: openNext)
             refused += isolated
             metrics.record(outcome)
+        } else if let opened {
+            await opened.abandon()
         }
         for (record, reason, detail) in refused {
             try await withRetry("produce to the sink-rejected topic") {
@@ -242,33 +276,42 @@ public final class SinkService: Service, Sendable {
         try await withRetry("mark offsets processed") { try await source.markProcessed(records) }
         let duration = ContinuousClock.now - started
         if BatchPlan.tracePhases {
-            FileHandle.standardError.write("batch \(records.count): decode \(decoded - started), total \(duration)\n".data(using: .utf8)!)
+            FileHandle.standardError.write(
+                "batch \(records.count): begun ahead \(opened != nil), next begun \(next != nil), total \(duration)\n".data(using: .utf8)!)
         }
         metrics.batch.recordNanoseconds(duration.nanoseconds)
-        onBatch?(BatchReport(records: records.count, rejected: refused.count, outcome: outcome, duration: duration))
+        onBatch?(BatchReport(records: records.count, rejected: refused.count, outcome: outcome, duration: duration,
+                             begunAhead: opened != nil))
+        return next
     }
 
     /// Applies the batch in one transaction, retrying with backoff while the database is unavailable (reconnecting
     /// each time). When PostgreSQL refuses the data itself (SQLSTATE class 22/23), the events are applied one by one
     /// and those it refuses are returned for the sink-rejected topic, so one bad event cannot stall a partition.
     private func applyWithRetry(
-        _ batch: [(SinkRecord, EntitlementEvent)], prepared: PreparedBatch, connection: inout GuardedConnection?
-    ) async throws -> (ApplyOutcome, [(SinkRecord, SinkRejection, String)]) {
+        _ batch: [(SinkRecord, EntitlementEvent)], prepared: PreparedBatch, connection: inout GuardedConnection?,
+        opened: OpenedBatch?, openNext: (@Sendable () async -> PreparedBatch?)?
+    ) async throws -> (ApplyOutcome, [(SinkRecord, SinkRejection, String)], OpenedBatch?) {
         var attempt = 0
+        // The batch's transaction begun behind the last COMMIT is for its first attempt only.
+        var opened = opened
         while true {
             do {
                 if connection == nil { connection = try await connect() }
                 guard let live = connection else { continue }
                 setDatabaseReady(true)
-                let outcome = try await guarded(live) {
-                    try await self.applier.apply(prepared, connection: live, logger: self.logger)
+                let begun = opened
+                opened = nil
+                let (outcome, next) = try await guarded(live) {
+                    try await self.applier.apply(prepared, connection: live, opened: begun, openNext: openNext, logger: self.logger)
                 }
-                return (outcome, [])
+                return (outcome, [], next)
             } catch {
                 if let state = Self.refusedData(error), let live = connection, !live.connection.isClosed {
                     logger.error("database refused the batch; isolating events", metadata: ["sqlstate": "\(state)"])
                     do {
-                        return try await isolate(batch, connection: live)
+                        let (outcome, refused) = try await isolate(batch, connection: live)
+                        return (outcome, refused, nil)
                     } catch {
                         // The database went away during the isolation (a restart, a failover, a timeout): like any
                         // batch, retried once it is back. Nothing was produced or marked for this batch yet.
@@ -406,6 +449,9 @@ public final class SinkService: Service, Sendable {
         if let tx = error as? PostgresTransactionError {
             return tx.closureError ?? tx.commitError ?? tx.beginError ?? tx.rollbackError ?? error
         }
+        if let tx = error as? BatchTransactionError {
+            return tx.closureError ?? tx.commitError ?? tx.rollbackError ?? error
+        }
         return error
     }
 
@@ -425,6 +471,7 @@ public final class SinkService: Service, Sendable {
     /// stopped just after a first attempt met a stored row, in the chaos soak), so the batch is retried, not isolated.
     public static func refusedData(_ error: any Error) -> String? {
         if let tx = error as? PostgresTransactionError, tx.rollbackError != nil { return nil }
+        if let tx = error as? BatchTransactionError, tx.rollbackError != nil { return nil }
         guard let state = sqlState(of: error), isDataError(state) else { return nil }
         return state
     }
