@@ -263,6 +263,26 @@ public final class SinkService: Service, Sendable {
         } else if let opened {
             await opened.abandon()
         }
+        do {
+            try await finish(records, refused: refused)
+        } catch {
+            // Shutdown while the offsets could not be marked: the batch begun behind this one is given up too.
+            await next?.abandon()
+            throw error
+        }
+        let duration = ContinuousClock.now - started
+        if BatchPlan.tracePhases {
+            FileHandle.standardError.write(
+                "batch \(records.count): begun ahead \(opened != nil), next begun \(next != nil), total \(duration)\n".data(using: .utf8)!)
+        }
+        metrics.batch.recordNanoseconds(duration.nanoseconds)
+        onBatch?(BatchReport(records: records.count, rejected: refused.count, outcome: outcome, duration: duration,
+                             begunAhead: opened != nil))
+        return next
+    }
+
+    /// Produces the refused records to the sink-rejected topic, then marks the batch's offsets processed.
+    private func finish(_ records: [SinkRecord], refused: [(SinkRecord, SinkRejection, String)]) async throws {
         for (record, reason, detail) in refused {
             try await withRetry("produce to the sink-rejected topic") {
                 try await rejected.reject(record, reason: reason.rawValue, detail: detail)
@@ -274,15 +294,6 @@ public final class SinkService: Service, Sendable {
             ])
         }
         try await withRetry("mark offsets processed") { try await source.markProcessed(records) }
-        let duration = ContinuousClock.now - started
-        if BatchPlan.tracePhases {
-            FileHandle.standardError.write(
-                "batch \(records.count): begun ahead \(opened != nil), next begun \(next != nil), total \(duration)\n".data(using: .utf8)!)
-        }
-        metrics.batch.recordNanoseconds(duration.nanoseconds)
-        onBatch?(BatchReport(records: records.count, rejected: refused.count, outcome: outcome, duration: duration,
-                             begunAhead: opened != nil))
-        return next
     }
 
     /// Applies the batch in one transaction, retrying with backoff while the database is unavailable (reconnecting
