@@ -149,6 +149,7 @@ public struct BenchSink: Sendable {
         var copySeconds = 0.0
         var copiedRows = 0
         var eventsTableRowsPerSecond = 0.0
+        var tableSecondsList: [String] = []
         for table in Self.sinkTables {
             let lines = try await copyLines(table: table, connection: connection, logger: logger)
             // The same columns as the sink's table, with their defaults, compression (lz4 for the payloads, migration
@@ -171,6 +172,7 @@ public struct BenchSink: Sendable {
             }
             let tableSeconds = seconds(clock.now - copyStart)
             copySeconds += tableSeconds
+            tableSecondsList.append(String(format: "%@ %.0f ms (%d rows)", table, tableSeconds * 1000, lines.rows.count))
             copiedRows += lines.rows.count
             if table == "entitlement_events" { eventsTableRowsPerSecond = Double(lines.rows.count) / max(tableSeconds, 1e-9) }
         }
@@ -200,6 +202,7 @@ public struct BenchSink: Sendable {
         print(String(format: "COPY of the same %d rows (%.1f per event, %d tables) into empty tables: %.0f rows/s = %.0f events/s (%.2f s); sink/COPY = %.2f",
                      copiedRows, Double(copiedRows) / Double(events), Self.sinkTables.count, copyRowsPerSecond,
                      copyEventsPerSecond, copySeconds, ratio))
+        print("COPY per table: " + tableSecondsList.joined(separator: ", "))
         print(String(format: "the same rows by a binary COPY from a server-side file: %.0f events/s; sink/binary COPY = %.2f",
                      binaryCopyEventsPerSecond, eventsPerSecond / binaryCopyEventsPerSecond))
         print(String(format: "(entitlement_events rows alone COPY at %.0f rows/s: the sink writes ~%.1f rows per event, with their indexes)",
