@@ -39,7 +39,7 @@ public struct BenchSink: Sendable {
         guard events > 0, batchSize > 0, partitions ?? 1 > 0 else { throw ValidationError("all counts must be positive") }
         FleetLogging.bootstrap(format: "text", level: "warning")
         // The malloc settings `fleet sink` starts with (the sink runs in this process).
-        MemoryTuning.fixMmapThreshold(environment: ProcessInfo.processInfo.environment)
+        MemoryTuning.keepBatchBlocksInHeap(environment: ProcessInfo.processInfo.environment)
         var logger = Logger(label: "fleet.bench.sink")
         logger.logLevel = .warning
         let postgres = try await ThrowawayPostgres(database: "bench", databaseLocale: databaseLocale)

@@ -96,7 +96,7 @@ struct Sink: AsyncParsableCommand {
     var writers: Int?
 
     func run() async throws {
-        MemoryTuning.fixMmapThreshold(environment: ProcessInfo.processInfo.environment)
+        MemoryTuning.keepBatchBlocksInHeap(environment: ProcessInfo.processInfo.environment)
         let s: FleetSettings
         do { s = try await FleetSettings(section: "sink", configFile: service.config) } catch { throw ValidationError("\(error)") }
         FleetLogging.bootstrap(format: s.string("log-format", flag: service.logFormat, default: "json")!,
