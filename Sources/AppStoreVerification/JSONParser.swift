@@ -31,25 +31,22 @@ extension JSONValue {
         try withContiguousBytes(bytes) { (buf) throws(JSONParseError) in try parse(buf, maxDepth: maxDepth) }
     }
 
-    /// Parses one JSON value from bytes and returns, for each of `keys`, the byte range (in `bytes`) of that member's
-    /// value in the top-level object, or nil where it has no such member. A reader can then pass an embedded
-    /// document on as the very text it arrived in instead of writing it again.
+    /// Parses one JSON value from bytes; when it is an object, reads it member by member instead of building it: the
+    /// members named in `names` come back by their index there (value, and the byte range in `bytes` of its text), any
+    /// other member is checked and dropped. nil when the value is valid JSON but not an object. Every error is the one
+    /// `parse(bytes:maxDepth:)` throws, at the same offset (syntax, depth, UTF-8, duplicate keys compared as the
+    /// dictionary of a parsed object compares them). For a reader that knows which members it reads: no dictionary is
+    /// built, and none of its keys hashed.
     ///
-    /// With `skippingRecordedObjects`, a recorded member whose value is an object is checked exactly as it would be
-    /// parsed (the same errors at the same offsets: syntax, depth, UTF-8, duplicate keys) but not built: it appears in
-    /// the returned value as `null`, and its range is the only way to it. Only such skipped objects get a range then.
-    /// A reader that needs an embedded document only as text saves building (and freeing) its whole tree.
-    public static func parse(
-        bytes: [UInt8], maxDepth: Int = JSONValue.defaultMaxDepth, recordingTopLevel keys: [String],
-        skippingRecordedObjects: Bool = false
-    ) throws(JSONParseError) -> (value: JSONValue, ranges: [Range<Int>?]) {
+    /// With `skippingObjects` holding a name's index, an object there is checked exactly as it would be parsed but
+    /// not built: its value is `null` and its range the only way to it (a reader that needs an embedded document only
+    /// as text saves building and freeing its whole tree).
+    public static func parseObjectMembers(
+        bytes: [UInt8], maxDepth: Int = JSONValue.defaultMaxDepth, names: JSONMemberNames, skippingObjects: Set<Int> = []
+    ) throws(JSONParseError) -> JSONObjectMembers? {
         try bytes.withUnsafeBufferPointer { (buf) throws(JSONParseError) in
             var p = JSONParser(buffer: buf, maxDepth: maxDepth)
-            p.recordedKeys = keys
-            p.recorded = Array(repeating: nil, count: keys.count)
-            p.skipRecordedObjects = skippingRecordedObjects
-            let value = try p.parseDocument()
-            return (value, p.recorded)
+            return try p.parseNamedMembers(names, skipping: names.names.indices.map(skippingObjects.contains))
         }
     }
 
@@ -71,16 +68,51 @@ extension JSONValue {
     }
 }
 
+/// The member names a reader looks for in JSON objects (`JSONValue.parseObjectMembers`), ready to be matched
+/// against a key's bytes.
+public struct JSONMemberNames: Sendable {
+    public let names: [String]
+    private let bytes: [[UInt8]]
+    /// For each length, the indexes of the names of that many bytes.
+    private let byLength: [[Int]]
+
+    public init(_ names: [String]) {
+        self.names = names
+        bytes = names.map { Array($0.utf8) }
+        var byLength = Array(repeating: [Int](), count: (bytes.map(\.count).max() ?? 0) + 1)
+        for (index, name) in bytes.enumerated() { byLength[name.count].append(index) }
+        self.byLength = byLength
+    }
+
+    /// The index of the name whose bytes are `key`'s.
+    func index(plain key: UnsafeBufferPointer<UInt8>) -> Int? {
+        guard key.count < byLength.count else { return nil }
+        for index in byLength[key.count] where bytes[index].withUnsafeBufferPointer({ $0.elementsEqual(key) }) {
+            return index
+        }
+        return nil
+    }
+}
+
+/// The named members of a JSON object (`JSONValue.parseObjectMembers`): for each name, by its index, the member's
+/// value and the byte range of its text, or nil where the object has no such member.
+public struct JSONObjectMembers: Sendable, Equatable {
+    public var values: [JSONValue?]
+    public var ranges: [Range<Int>?]
+
+    init(count: Int) {
+        values = Array(repeating: nil, count: count)
+        ranges = Array(repeating: nil, count: count)
+    }
+
+    public subscript(index: Int) -> JSONValue? { values[index] }
+}
+
 struct JSONParser {
     let buf: UnsafeBufferPointer<UInt8>
     var i: Int = 0
     let maxDepth: Int
     var depth = 0
-    /// Top-level members whose values' byte ranges are recorded in `recorded` (same order).
-    var recordedKeys: [String] = []
-    var recorded: [Range<Int>?] = []
-    /// Recorded top-level members whose value is an object are checked but not built (`null` in their place).
-    var skipRecordedObjects = false
 
     init(buffer: UnsafeBufferPointer<UInt8>, maxDepth: Int) {
         self.buf = buffer
@@ -153,28 +185,12 @@ struct JSONParser {
             let keyStart = try keyStarts()
             let key = try parseString()
             try colon()
-            let value = try memberValue(key)
+            let value = try parseValue()
             if dict.updateValue(value, forKey: key) != nil {
                 throw fail("duplicate key \"\(key)\"", at: keyStart)
             }
         } while try another(closing: UInt8(ascii: "}"))
         return .object(dict)
-    }
-
-    /// The value of the member `key` (at its first byte). The range of a recorded top-level member is noted; with
-    /// `skipRecordedObjects`, an object there is checked, not built, and stands as `null`.
-    mutating func memberValue(_ key: String) throws(JSONParseError) -> JSONValue {
-        guard depth == 1, !recordedKeys.isEmpty, let k = recordedKeys.firstIndex(of: key) else { return try parseValue() }
-        let valueStart = i
-        if skipRecordedObjects {
-            guard i < buf.count, buf[i] == UInt8(ascii: "{") else { return try parseValue() }
-            try skipObject()
-            recorded[k] = valueStart..<i
-            return .null
-        }
-        let value = try parseValue()
-        recorded[k] = valueStart..<i
-        return value
     }
 
     mutating func parseArray() throws(JSONParseError) -> JSONValue {
@@ -323,6 +339,59 @@ struct JSONParser {
         }
         skipWhitespace()
         if i != buf.count { throw fail("unexpected data after the JSON value") }
+    }
+
+    /// The document filling the buffer, read as `JSONValue.parseObjectMembers` describes; each member's value is
+    /// parsed, then its key checked against those before it, as `parseObject` does.
+    mutating func parseNamedMembers(_ names: JSONMemberNames, skipping: [Bool]) throws(JSONParseError) -> JSONObjectMembers? {
+        skipWhitespace()
+        guard i < buf.count, buf[i] == UInt8(ascii: "{") else {
+            i = 0
+            _ = try parseDocument()
+            return nil
+        }
+        var members = JSONObjectMembers(count: names.names.count)
+        var others: [String] = []
+        if try !opens(closing: UInt8(ascii: "}")) {
+            repeat {
+                let keyStart = try keyStarts()
+                // A plain key (ASCII, no escape) is one of the names exactly when its bytes are; any other key is
+                // decoded and compared as a String.
+                let name: Int?
+                var key: String?
+                if let end = plainStringEnd(from: i + 1) {
+                    name = names.index(plain: UnsafeBufferPointer(rebasing: buf[(i + 1)..<end]))
+                    if name == nil { key = String(decoding: UnsafeBufferPointer(rebasing: buf[(i + 1)..<end]), as: UTF8.self) }
+                    i = end + 1
+                } else {
+                    let decoded = try parseString()
+                    name = names.names.firstIndex(of: decoded)
+                    key = decoded
+                }
+                try colon()
+                let valueStart = i
+                guard let name else {
+                    try skipValue()
+                    let key = key ?? ""
+                    if others.contains(key) { throw fail("duplicate key \"\(key)\"", at: keyStart) }
+                    others.append(key)
+                    continue
+                }
+                let value: JSONValue
+                if skipping[name], i < buf.count, buf[i] == UInt8(ascii: "{") {
+                    try skipObject()
+                    value = .null
+                } else {
+                    value = try parseValue()
+                }
+                if members.ranges[name] != nil { throw fail("duplicate key \"\(key ?? names.names[name])\"", at: keyStart) }
+                members.values[name] = value
+                members.ranges[name] = valueStart..<i
+            } while try another(closing: UInt8(ascii: "}"))
+        }
+        skipWhitespace()
+        if i != buf.count { throw fail("unexpected data after the JSON value") }
+        return members
     }
 
     /// Whether none of the 8 bytes of `w` is '"', '\\', a control byte or a non-ASCII byte (SWAR; "any byte

@@ -84,48 +84,42 @@ extension EntitlementEvent {
     public static func decode(
         jsonBytes bytes: [UInt8], keepingDocumentTexts: Bool, parsingDocuments: Bool = true
     ) throws(DecodingError) -> (event: EntitlementEvent, documents: EventDocumentTexts) {
-        let root: JSONValue
-        var ranges: [Range<Int>?] = []
         let textsOnly = keepingDocumentTexts && !parsingDocuments
+        let parsed: JSONObjectMembers?
         do {
-            if keepingDocumentTexts {
-                (root, ranges) = try JSONValue.parse(
-                    bytes: bytes, maxDepth: 64, recordingTopLevel: EventDocumentTexts.keys,
-                    skippingRecordedObjects: textsOnly)
-            } else {
-                root = try JSONValue.parse(bytes: bytes, maxDepth: 64)
-            }
+            parsed = try JSONValue.parseObjectMembers(
+                bytes: bytes, maxDepth: 64, names: Member.names, skippingObjects: textsOnly ? Member.documents : [])
         } catch {
             throw DecodingError(reason: "not JSON: \(error)")
         }
-        guard case .object(let o) = root else { throw DecodingError(reason: "an event must be a JSON object") }
-        guard let schema = o["schema"]?.stringValue else { throw DecodingError(reason: "missing 'schema'") }
+        guard let o = parsed else { throw DecodingError(reason: "an event must be a JSON object") }
+        guard let schema = o[.schema]?.stringValue else { throw DecodingError(reason: "missing 'schema'") }
         guard schema == Self.schemaVersion else {
             throw DecodingError(reason: "unsupported schema '\(schema)' (this sink reads \(Self.schemaVersion))")
         }
-        func str(_ k: String) throws(DecodingError) -> String {
-            guard let v = o[k]?.stringValue else { throw DecodingError(reason: "missing or non-string '\(k)'") }
+        func str(_ k: Member) throws(DecodingError) -> String {
+            guard let v = o[k]?.stringValue else { throw DecodingError(reason: "missing or non-string '\(k.name)'") }
             return v
         }
-        func int(_ k: String) throws(DecodingError) -> Int64 {
-            guard let v = o[k]?.int64Value else { throw DecodingError(reason: "missing or non-integer '\(k)'") }
+        func int(_ k: Member) throws(DecodingError) -> Int64 {
+            guard let v = o[k]?.int64Value else { throw DecodingError(reason: "missing or non-integer '\(k.name)'") }
             return v
         }
-        func optStr(_ k: String) -> String? { o[k]?.stringValue }
-        func optInt(_ k: String) -> Int64? { o[k]?.int64Value }
-        func optObj(_ k: String) -> JSONValue? {
+        func optStr(_ k: Member) -> String? { o[k]?.stringValue }
+        func optInt(_ k: Member) -> Int64? { o[k]?.int64Value }
+        func optObj(_ k: Member) -> JSONValue? {
             if case .object? = o[k] { return o[k] }
             return nil
         }
-        guard let effect = EntitlementEffect(rawValue: try str("effect")) else {
-            throw DecodingError(reason: "unknown effect '\(o["effect"]?.stringValue ?? "")'")
+        guard let effect = EntitlementEffect(rawValue: try str(.effect)) else {
+            throw DecodingError(reason: "unknown effect '\(o[.effect]?.stringValue ?? "")'")
         }
-        guard case .object(let s)? = o["source"], let topic = s["topic"]?.stringValue,
+        guard case .object(let s)? = o[.source], let topic = s["topic"]?.stringValue,
               let partition = s["partition"]?.int64Value, let offset = s["offset"]?.int64Value,
               let inputKind = s["inputKind"]?.stringValue
         else { throw DecodingError(reason: "missing or incomplete 'source'") }
         var notification: EventNotification?
-        if case .object(let n)? = o["notification"] {
+        if case .object(let n)? = o[.notification] {
             guard let uuid = n["uuid"]?.stringValue, let type = n["type"]?.stringValue,
                   let signed = n["signedDate"]?.int64Value
             else { throw DecodingError(reason: "incomplete 'notification'") }
@@ -133,29 +127,33 @@ extension EntitlementEvent {
                                              signedDate: signed, version: n["version"]?.stringValue)
         }
         let event = EntitlementEvent(
-            eventId: try str("eventId"), kind: try str("kind"), effect: effect, reason: optStr("reason"),
-            environment: try str("environment"), bundleId: optStr("bundleId"), appAppleId: optInt("appAppleId"),
-            subject: optStr("subject"), productId: optStr("productId"), productType: optStr("productType"),
-            transactionId: optStr("transactionId"), originalTransactionId: optStr("originalTransactionId"),
-            webOrderLineItemId: optStr("webOrderLineItemId"), appAccountToken: optStr("appAccountToken"),
-            ownershipType: optStr("ownershipType"), quantity: optInt("quantity").map { Int($0) },
-            validFrom: optInt("validFrom"), validUntil: optInt("validUntil"), revocationDate: optInt("revocationDate"),
-            revocationReason: optInt("revocationReason").map { Int($0) }, revocationType: optStr("revocationType"),
-            revocationPercentage: optInt("revocationPercentage").map { Int($0) }, notification: notification,
-            signedDate: try int("signedDate"), verifiedAt: try int("verifiedAt"),
+            eventId: try str(.eventId), kind: try str(.kind), effect: effect, reason: optStr(.reason),
+            environment: try str(.environment), bundleId: optStr(.bundleId), appAppleId: optInt(.appAppleId),
+            subject: optStr(.subject), productId: optStr(.productId), productType: optStr(.productType),
+            transactionId: optStr(.transactionId), originalTransactionId: optStr(.originalTransactionId),
+            webOrderLineItemId: optStr(.webOrderLineItemId), appAccountToken: optStr(.appAccountToken),
+            ownershipType: optStr(.ownershipType), quantity: optInt(.quantity).map { Int($0) },
+            validFrom: optInt(.validFrom), validUntil: optInt(.validUntil), revocationDate: optInt(.revocationDate),
+            revocationReason: optInt(.revocationReason).map { Int($0) }, revocationType: optStr(.revocationType),
+            revocationPercentage: optInt(.revocationPercentage).map { Int($0) }, notification: notification,
+            signedDate: try int(.signedDate), verifiedAt: try int(.verifiedAt),
             source: EventSource(topic: topic, partition: Int32(truncatingIfNeeded: partition), offset: offset, inputKind: inputKind),
-            units: optInt("units").map { Int($0) }, entitlement: optStr("entitlement"),
-            transaction: optObj("transaction"), renewalInfo: optObj("renewalInfo"),
-            appTransaction: optObj("appTransaction"), details: optObj("details"))
+            units: optInt(.units).map { Int($0) }, entitlement: optStr(.entitlement),
+            transaction: optObj(.transaction), renewalInfo: optObj(.renewalInfo),
+            appTransaction: optObj(.appTransaction), details: optObj(.details))
         // The text of a document the event holds (an object: decoded above, or only checked), cut from the record.
-        func text(_ k: Int, _ document: JSONValue?) -> String? {
-            guard document != nil || textsOnly, k < ranges.count, let range = ranges[k] else { return nil }
+        // Only an object is a document: a member of another type is not one, as in `optObj`.
+        func text(_ k: Member, _ document: JSONValue?) -> String? {
+            guard keepingDocumentTexts, document != nil || textsOnly, let range = o.ranges[k.rawValue],
+                  bytes[range.lowerBound] == UInt8(ascii: "{")
+            else { return nil }
             return String(decoding: bytes[range], as: UTF8.self)
         }
         if textsOnly {
             // The documents were checked, not built: the event holds their texts (shared with `EventDocumentTexts`).
             let texts = EventDocumentTexts(
-                transaction: text(0, nil), renewalInfo: text(1, nil), appTransaction: text(2, nil), details: text(3, nil))
+                transaction: text(.transaction, nil), renewalInfo: text(.renewalInfo, nil),
+                appTransaction: text(.appTransaction, nil), details: text(.details, nil))
             var event = event
             let fields = event.unique()
             fields.fields.transaction = texts.transaction.map(EmbeddedDocument.init(checkedText:))
@@ -165,9 +163,29 @@ extension EntitlementEvent {
             return (event, texts)
         }
         return (event, EventDocumentTexts(
-            transaction: text(0, event.transaction), renewalInfo: text(1, event.renewalInfo),
-            appTransaction: text(2, event.appTransaction), details: text(3, event.details)))
+            transaction: text(.transaction, event.transaction), renewalInfo: text(.renewalInfo, event.renewalInfo),
+            appTransaction: text(.appTransaction, event.appTransaction), details: text(.details, event.details)))
     }
+
+    /// The members of an event's JSON object the decoder reads (the names `jsonBytes()` writes).
+    enum Member: Int, CaseIterable {
+        case schema, eventId, kind, effect, reason, environment, bundleId, appAppleId, subject, productId, productType
+        case transactionId, originalTransactionId, webOrderLineItemId, appAccountToken, ownershipType, quantity
+        case validFrom, validUntil, revocationDate, revocationReason, revocationType, revocationPercentage
+        case notification, signedDate, verifiedAt, source, units, entitlement
+        case transaction, renewalInfo, appTransaction, details
+
+        /// The member's name: the case's own.
+        var name: String { Self.names.names[rawValue] }
+
+        static let names = JSONMemberNames(allCases.map { String(describing: $0) })
+        /// The embedded documents (`EventDocumentTexts`).
+        static let documents: Set<Int> = [transaction.rawValue, renewalInfo.rawValue, appTransaction.rawValue, details.rawValue]
+    }
+}
+
+extension JSONObjectMembers {
+    subscript(member: EntitlementEvent.Member) -> JSONValue? { self[member.rawValue] }
 }
 
 /// The JSON text of the documents an event embeds (`transaction`, `renewalInfo`, `appTransaction`, `details`),
@@ -186,9 +204,6 @@ public struct EventDocumentTexts: Sendable, Equatable {
         self.appTransaction = appTransaction
         self.details = details
     }
-
-    /// The event's member names, in the order of the properties.
-    static let keys = ["transaction", "renewalInfo", "appTransaction", "details"]
 }
 
 private struct Writer {

@@ -22,53 +22,73 @@ import Testing
         #expect(throws: JSONParseError.self) { try JSONValue.parse(text) }
     }
 
-    @Test("the byte ranges of chosen top-level members' values, exactly as they appear; nested members are not")
-    func recordsTopLevelValueRanges() throws {
+    @Test("named members by index, with the byte ranges of their values exactly as they appear; other members dropped")
+    func namedMembersAndTheirRanges() throws {
         let text = #"{"x": {"b" : [1, 2], "a":"\u00e9"} ,"n":{"x":1},"y":null, "z" : 3}"#
         let bytes = Array(text.utf8)
-        let (value, ranges) = try JSONValue.parse(bytes: bytes, recordingTopLevel: ["x", "z", "missing", "y"])
-        #expect(value == (try JSONValue.parse(text)))
-        let slices = ranges.map { $0.map { String(decoding: bytes[$0], as: UTF8.self) } }
+        let names = JSONMemberNames(["x", "z", "missing", "y"])
+        let members = try #require(try JSONValue.parseObjectMembers(bytes: bytes, names: names))
+        #expect(members.values == [try JSONValue.parse(#"{"b":[1,2],"a":"é"}"#), .integer(3), nil, .null])
+        let slices = members.ranges.map { $0.map { String(decoding: bytes[$0], as: UTF8.self) } }
         #expect(slices == [#"{"b" : [1, 2], "a":"\u00e9"}"#, "3", nil, "null"])
-        // Not an object at the top: nothing recorded, and errors are the parser's own.
-        #expect(try JSONValue.parse(bytes: Array("[1]".utf8), recordingTopLevel: ["x"]).ranges == [nil])
-        #expect(throws: JSONParseError.self) { try JSONValue.parse(bytes: Array(#"{"x":1,"x":2}"#.utf8), recordingTopLevel: ["x"]) }
+        // Not an object at the top: nil; errors are the parser's own.
+        #expect(try JSONValue.parseObjectMembers(bytes: Array(" [1] ".utf8), names: names) == nil)
+        #expect(throws: JSONParseError.self) { try JSONValue.parseObjectMembers(bytes: Array("[1".utf8), names: names) }
+        #expect(throws: JSONParseError.self) { try JSONValue.parseObjectMembers(bytes: Array(#"{"x":1,"x":2}"#.utf8), names: names) }
+        #expect(throws: JSONParseError.self) { try JSONValue.parseObjectMembers(bytes: Array(#"{"q":1,"q":2}"#.utf8), names: names) }
     }
 
-    @Test("a skipped member is checked exactly as parsing it would: the same documents accepted, the same errors at the same offsets")
-    func skippedMembersAreCheckedAsParsed() throws {
+    @Test("reading named members accepts and refuses exactly what parsing does (same errors, same offsets) and finds the same values; a skipped object is checked as parsed")
+    func namedMembersAgreeWithParsing() throws {
         let inner = [
             #"{}"#, #"{"a":1}"#, #"{"a":{"b":[1,{"c":"d"}]},"e":"é\n\u00e9"}"#, #" { "a" : [ ] , "b" : { } } "#,
             #"{"a":1,"a":2}"#, #"{"a":1,"\u0061":2}"#, #"{"K":1,"\u212a":2}"#, #"{"é":1,"e\u0301":2}"#,
             #"{"a":[1,2}"#, #"{"a":"x\q"}"#, #"{"a":"\ud800"}"#, #"{"a":01}"#, #"{"a" 1}"#, #"{"a":1,}"#, #"{1:2}"#,
             #"{"a":tru}"#, #"{"a":"abcdefghijklmnop\u0000qrs"}"#, #"{"a":"x"#, "{\"a\":\"\u{1}\"}",
             String(repeating: #"{"a":"#, count: 70) + "1" + String(repeating: "}", count: 70), #"{"a":[[[[]]]],"b":-1.5e-3}"#,
-            #"{"long key with spaces and more":"a value that is longer than eight bytes","x":true}"#,
+            #"{"long key with spaces and more":"a value that is longer than eight bytes","x":true}"#, "[1]", "\"s\"", "7",
         ]
+        var texts: [String] = []
         for document in inner {
-            for text in [#"{"x":\#(document),"y":2}"#, #"{"y":[],"x":\#(document)}"#, #"{"x":\#(document)"#] {
-                let bytes = Array(text.utf8)
-                let parsed = Result { () throws(JSONParseError) in try JSONValue.parse(bytes: bytes, maxDepth: 64, recordingTopLevel: ["x"]) }
-                let skipped = Result { () throws(JSONParseError) in
-                    try JSONValue.parse(bytes: bytes, maxDepth: 64, recordingTopLevel: ["x"], skippingRecordedObjects: true)
+            texts += [#"{"x":\#(document),"y":2}"#, #"{"y":[],"x":\#(document)}"#, #"{"x":\#(document)"#,
+                      #"{"q":\#(document),"x":1}"#, #"{"\u0078":\#(document)}"#]
+        }
+        // Keys: a name written with an escape, duplicates of a name or of another key (also canonically equal ones),
+        // and documents that are not objects or not JSON at all.
+        texts += [
+            #"{"x":1,"\u0078":2}"#, #"{"K":1,"\u212a":2}"#, #"{"\u212a":1,"K":2}"#, #"{"q":1,"q":2}"#, #"{"é":1,"e\u0301":2}"#,
+            #"{"x":1}x"#, #"  {"x":1}  "#, #"{}"#, #"{"x":1,}"#, " [1] ", #""x""#, "", "{", "nul", #"{"x":"\ud800"}"#,
+            #"{"xé":1,"xe\u0301":2}"#, #"{"y":"ab\"c","zz":3}"#,
+        ]
+        let names = JSONMemberNames(["x", "y", "K", "zz", "absent"])
+        for text in texts {
+            let bytes = Array(text.utf8)
+            let parsed = Result { () throws(JSONParseError) in try JSONValue.parse(bytes: bytes, maxDepth: 64) }
+            for skipping: Set<Int> in [[], [0]] {
+                let read = Result { () throws(JSONParseError) in
+                    try JSONValue.parseObjectMembers(bytes: bytes, maxDepth: 64, names: names, skippingObjects: skipping)
                 }
-                switch (parsed, skipped) {
+                switch (parsed, read) {
                 case (.failure(let a), .failure(let b)):
                     #expect(a == b, "\(text)")
-                case (.success(let a), .success(let b)):
-                    #expect(a.ranges == b.ranges, "\(text)")
-                    guard case .object(var members) = a.value else { Issue.record("not an object: \(text)"); continue }
-                    members["x"] = JSONValue.null
-                    #expect(b.value == JSONValue.object(members), "\(text)")
+                case (.success(.object(let object)), .success(let members?)):
+                    for (index, name) in names.names.enumerated() {
+                        let range = members.ranges[index]
+                        #expect(range.flatMap { try? JSONValue.parse(bytes: bytes[$0], maxDepth: 64) } == object[name],
+                                "\(text): the range of \(name)")
+                        if skipping.contains(index), case .object? = object[name] {
+                            #expect(members.values[index] == JSONValue.null, "\(text): \(name) skipped")
+                        } else {
+                            #expect(members.values[index] == object[name], "\(text): \(name)")
+                        }
+                    }
+                case (.success(let value), .success(nil)):
+                    if case .object = value { Issue.record("an object read as none: \(text)") }
                 default:
-                    Issue.record("skipping changed the verdict for \(text): \(parsed) against \(skipped)")
+                    Issue.record("reading named members changed the verdict for \(text): \(parsed) against \(read)")
                 }
             }
         }
-        // A recorded member that is not an object is parsed as usual, and gets no range.
-        let scalar = try JSONValue.parse(bytes: Array(#"{"x":[1],"y":"z"}"#.utf8), recordingTopLevel: ["x", "y"], skippingRecordedObjects: true)
-        #expect(scalar.ranges == [nil, nil])
-        #expect(scalar.value == (try JSONValue.parse(#"{"x":[1],"y":"z"}"#)))
     }
 
     @Test("members of an object's text one by one, in order")
