@@ -38,15 +38,15 @@ extension JSONValue {
     /// dictionary of a parsed object compares them). For a reader that knows which members it reads: no dictionary is
     /// built, and none of its keys hashed.
     ///
-    /// With `skippingObjects` holding a name's index, an object there is checked exactly as it would be parsed but
-    /// not built: its value is `null` and its range the only way to it (a reader that needs an embedded document only
-    /// as text saves building and freeing its whole tree).
+    /// An object under a name `names` skips (`JSONMemberNames.init(_:skippingObjectsOf:)`) is checked exactly as it
+    /// would be parsed but not built: its value is `null` and its range the only way to it (a reader that needs an
+    /// embedded document only as text saves building and freeing its whole tree).
     public static func parseObjectMembers(
-        bytes: [UInt8], maxDepth: Int = JSONValue.defaultMaxDepth, names: JSONMemberNames, skippingObjects: Set<Int> = []
+        bytes: [UInt8], maxDepth: Int = JSONValue.defaultMaxDepth, names: JSONMemberNames
     ) throws(JSONParseError) -> JSONObjectMembers? {
         try bytes.withUnsafeBufferPointer { (buf) throws(JSONParseError) in
             var p = JSONParser(buffer: buf, maxDepth: maxDepth)
-            return try p.parseNamedMembers(names, skipping: names.names.indices.map(skippingObjects.contains))
+            return try p.parseNamedMembers(names)
         }
     }
 
@@ -72,12 +72,16 @@ extension JSONValue {
 /// against a key's bytes.
 public struct JSONMemberNames: Sendable {
     public let names: [String]
+    /// By index: whether an object under that name is checked, not built.
+    let skipsObjects: [Bool]
     private let bytes: [[UInt8]]
     /// For each length, the indexes of the names of that many bytes.
     private let byLength: [[Int]]
 
-    public init(_ names: [String]) {
+    /// `names`, of which those in `skippingObjectsOf` have an object value checked but not built.
+    public init(_ names: [String], skippingObjectsOf skipped: Set<String> = []) {
         self.names = names
+        skipsObjects = names.map(skipped.contains)
         bytes = names.map { Array($0.utf8) }
         var byLength = Array(repeating: [Int](), count: (bytes.map(\.count).max() ?? 0) + 1)
         for (index, name) in bytes.enumerated() { byLength[name.count].append(index) }
@@ -343,7 +347,7 @@ struct JSONParser {
 
     /// The document filling the buffer, read as `JSONValue.parseObjectMembers` describes; each member's value is
     /// parsed, then its key checked against those before it, as `parseObject` does.
-    mutating func parseNamedMembers(_ names: JSONMemberNames, skipping: [Bool]) throws(JSONParseError) -> JSONObjectMembers? {
+    mutating func parseNamedMembers(_ names: JSONMemberNames) throws(JSONParseError) -> JSONObjectMembers? {
         skipWhitespace()
         guard i < buf.count, buf[i] == UInt8(ascii: "{") else {
             i = 0
@@ -378,7 +382,7 @@ struct JSONParser {
                     continue
                 }
                 let value: JSONValue
-                if skipping[name], i < buf.count, buf[i] == UInt8(ascii: "{") {
+                if names.skipsObjects[name], i < buf.count, buf[i] == UInt8(ascii: "{") {
                     try skipObject()
                     value = .null
                 } else {

@@ -88,7 +88,7 @@ extension EntitlementEvent {
         let parsed: JSONObjectMembers?
         do {
             parsed = try JSONValue.parseObjectMembers(
-                bytes: bytes, maxDepth: 64, names: Member.names, skippingObjects: textsOnly ? Member.documents : [])
+                bytes: bytes, maxDepth: 64, names: textsOnly ? Member.namesSkippingDocuments : Member.names)
         } catch {
             throw DecodingError(reason: "not JSON: \(error)")
         }
@@ -179,8 +179,9 @@ extension EntitlementEvent {
         var name: String { Self.names.names[rawValue] }
 
         static let names = JSONMemberNames(allCases.map { String(describing: $0) })
-        /// The embedded documents (`EventDocumentTexts`).
-        static let documents: Set<Int> = [transaction.rawValue, renewalInfo.rawValue, appTransaction.rawValue, details.rawValue]
+        /// The same, the embedded documents (`EventDocumentTexts`) checked but not built.
+        static let namesSkippingDocuments = JSONMemberNames(
+            names.names, skippingObjectsOf: ["transaction", "renewalInfo", "appTransaction", "details"])
     }
 }
 
