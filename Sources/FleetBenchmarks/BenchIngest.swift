@@ -195,13 +195,22 @@ struct LoadRunner {
         defer { try? FileManager.default.removeItem(at: dir) }
         var lua = "local bodies = {\n"
         for b in bodies ?? [] { lua += "[==[" + String(decoding: b, as: UTF8.self) + "]==],\n" }
-        lua += "}\nlocal i = 0\n"
+        lua += "}\nlocal i = 0\nlocal requests = {}\n"
+        // Each body's request is formatted once, on its first use, and reused after, instead of a new string of the
+        // whole request for every request: wrk's user CPU in a 5 s `/v1/transactions` phase 0.11-0.13 s instead of
+        // 0.18-0.31 s (its system CPU, ~0.6 s, is the sockets'). The client shares the server's two cores.
         lua += bodies == nil ? "" : """
             wrk.method = "POST"
             wrk.headers["Content-Type"] = "application/json"
             request = function()
               i = i + 1
-              return wrk.format(nil, nil, nil, bodies[(i % #bodies) + 1])
+              local k = (i % #bodies) + 1
+              local r = requests[k]
+              if r == nil then
+                r = wrk.format(nil, nil, nil, bodies[k])
+                requests[k] = r
+              end
+              return r
             end
 
             """
