@@ -135,7 +135,8 @@ final class StallWatch: Sendable {
             let idle = tracks.withLock { $0[tp].map { now - $0.since } } ?? timeout
             mark(tp, ConsumerStall(group: group, topic: tp.topic, partition: tp.partition, position: waiting.first,
                                    highWatermark: nil, seconds: Int(max(idle, timeout).components.seconds),
-                                   reason: "the application took none of \(waiting.count) buffered message(s)"))
+                                   reason: "the application took none of \(waiting.count) buffered message(s)"),
+                 tracking: Track(position: snap.delivered[tp], since: now))
         }
         var suspects: [(TopicPartition, Int64?, Duration)] = []
         tracks.withLock { t in
@@ -178,8 +179,15 @@ final class StallWatch: Sendable {
         }
     }
 
-    private func mark(_ tp: TopicPartition, _ stall: ConsumerStall) {
-        tracks.withLock { $0[tp]?.stalled = true }
+    /// Reports a stall and marks its partition stalled (`hasStall`, so `isReady` says so too), tracking the partition
+    /// from `tracking` if this round is the first to see it: a stall seen in a partition's first round (messages
+    /// buffered and untaken before any round ran) must not be reported while the consumer still reads as ready.
+    private func mark(_ tp: TopicPartition, _ stall: ConsumerStall, tracking first: Track? = nil) {
+        tracks.withLock { t in
+            guard var track = t[tp] ?? first else { return }
+            track.stalled = true
+            t[tp] = track
+        }
         ConsumerStalls.report(stall, timeout: timeout)
     }
 

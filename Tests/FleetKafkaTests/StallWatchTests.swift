@@ -75,6 +75,16 @@ import Testing
         #expect(app.hasStall)
         app.check(Self.snapshot(nil, partitions: []), now: t0 + .seconds(12), query: waiting, committed: { _ in nil })
 
+        // Untaken messages already in a partition's very first round (buffered before any round ran): reported and
+        // marked at once, so the consumer does not read as ready while its stall is reported.
+        let early = StallWatch(timeout: .seconds(10), group: group + "-4")
+        var firstRound = Self.snapshot(nil, backpressured: true)
+        firstRound.untaken = [Self.tp: (count: 7, first: 0)]
+        early.check(firstRound, now: t0, query: waiting, committed: { _ in nil })
+        #expect(ConsumerStalls.all.contains { $0.group == group + "-4" })
+        #expect(early.hasStall, "a stall reported is this consumer's stall")
+        early.check(Self.snapshot(nil, partitions: []), now: t0 + .seconds(1), query: waiting, committed: { _ in nil })
+
         // A partition taken away ends its stall.
         fresh.check(Self.snapshot(nil, partitions: []), now: t0 + .seconds(13), query: waiting, committed: { _ in 7 })
         #expect(!fresh.hasStall)
