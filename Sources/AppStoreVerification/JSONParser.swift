@@ -262,29 +262,48 @@ struct JSONParser {
 
     mutating func skipObject() throws(JSONParseError) {
         if try opens(closing: UInt8(ascii: "}")) { return }
-        // Each key's text (between its quotes), and whether it is plain ASCII without escapes: two plain keys are
-        // the same key exactly when their bytes are; any other pair is compared as the parser's dictionary compares
-        // its keys (decoded Strings, canonically equivalent ones equal).
-        var keys: [(text: Range<Int>, plain: Bool)] = []
+        var keys = SeenKeys()
         repeat {
             let keyStart = try keyStarts()
             let plain = try skipString()
-            let key = (text: (keyStart + 1)..<(i - 1), plain: plain)
+            let text = (keyStart + 1)..<(i - 1)
             try colon()
             try skipValue()
-            if keys.contains(where: { sameKey($0, key) }) {
-                throw fail("duplicate key \"\(decodedKey(key.text))\"", at: keyStart)
+            if !keys.insert(text, plain: plain, of: self) {
+                throw fail("duplicate key \"\(decodedKey(text))\"", at: keyStart)
             }
-            keys.append(key)
         } while try another(closing: UInt8(ascii: "}"))
     }
 
-    func sameKey(_ a: (text: Range<Int>, plain: Bool), _ b: (text: Range<Int>, plain: Bool)) -> Bool {
-        if a.plain && b.plain {
-            guard a.text.count == b.text.count else { return false }
-            return buf[a.text].elementsEqual(buf[b.text])
+    /// The keys of one object checked so far, each found again in constant time (a document of many keys must not
+    /// cost the square of their number). Two plain keys (ASCII, no escape) are the same key exactly when their bytes
+    /// are, so while every key is plain their bytes are kept; from the first key that is not, every key is kept as
+    /// its decoded String, compared as the parser's dictionary compares its keys (canonically equivalent ones equal).
+    struct SeenKeys {
+        private var plain: Set<KeyBytes> = []
+        private var decoded: Set<String>?
+
+        /// False when the key is one already seen.
+        mutating func insert(_ text: Range<Int>, plain isPlain: Bool, of parser: JSONParser) -> Bool {
+            if decoded == nil, isPlain { return plain.insert(KeyBytes(buffer: parser.buf, text: text)).inserted }
+            if decoded == nil {
+                decoded = Set(plain.map { parser.decodedKey($0.text) })
+                plain = []
+            }
+            return decoded!.insert(parser.decodedKey(text)).inserted
         }
-        return decodedKey(a.text) == decodedKey(b.text)
+    }
+
+    /// A plain key's text, by its bytes in the buffer being parsed.
+    struct KeyBytes: Hashable {
+        let buffer: UnsafeBufferPointer<UInt8>
+        let text: Range<Int>
+
+        func hash(into hasher: inout Hasher) { hasher.combine(bytes: UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: buffer[text]))) }
+
+        static func == (a: KeyBytes, b: KeyBytes) -> Bool {
+            a.text.count == b.text.count && a.buffer[a.text].elementsEqual(b.buffer[b.text])
+        }
     }
 
     /// The string whose text (between its quotes) is `text`, already checked.
@@ -355,7 +374,7 @@ struct JSONParser {
             return nil
         }
         var members = JSONObjectMembers(count: names.names.count)
-        var others: [String] = []
+        var others: Set<String> = []
         if try !opens(closing: UInt8(ascii: "}")) {
             repeat {
                 let keyStart = try keyStarts()
@@ -377,8 +396,7 @@ struct JSONParser {
                 guard let name else {
                     try skipValue()
                     let key = key ?? ""
-                    if others.contains(key) { throw fail("duplicate key \"\(key)\"", at: keyStart) }
-                    others.append(key)
+                    if !others.insert(key).inserted { throw fail("duplicate key \"\(key)\"", at: keyStart) }
                     continue
                 }
                 let value: JSONValue

@@ -65,6 +65,47 @@ struct EventJSONTests {
         }
     }
 
+    /// A record of many keys, at the top level or in an embedded document, costs the sink time in proportion to its
+    /// size: duplicate keys are looked for in a set, not by comparing each key with every one before it (which took
+    /// 81 s for a document of 20,000 keys in a debug build). The time limit is what fails if that ever comes back:
+    /// this takes well under a second here.
+    @Test("a record of many keys is decoded in linear time, and a duplicate among them is still found",
+          .timeLimit(.minutes(1)))
+    func manyKeys() throws {
+        let keys = 60_000
+        var bytes = Self.full.jsonBytes()
+        bytes.removeLast()  // the closing brace
+        var extra = ",\"details\":{"
+        for k in 0..<keys { extra += "\"d\(k)\":\(k)," }
+        // An escaped key switches the duplicate check from bytes to decoded strings midway.
+        extra += "\"\\u0041\":1,"
+        for k in 0..<keys { extra += "\"e\(k)\":\(k)," }
+        extra += "\"z\":0}"
+        for k in 0..<keys { extra += ",\"u\(k)\":\(k)" }
+        let record = bytes + Array(extra.utf8) + [UInt8(ascii: "}")]
+        let decoded = try EntitlementEvent.decodeForSink(record, keepingDocumentTexts: true, parsingDocuments: false).get()
+        #expect(decoded.event.eventId == Self.full.eventId)
+        #expect(decoded.documents.details?.utf8.count ?? 0 > keys * 8)
+
+        // The same, with a duplicate at the very end of the document (after the switch to decoded strings: "A"), and
+        // with one among the top-level keys no reader names.
+        let documentDuplicate = Array(String(decoding: record, as: UTF8.self).replacingOccurrences(of: "\"z\":0}", with: "\"A\":0}").utf8)
+        let topDuplicate = record.dropLast() + Array(",\"u7\":1}".utf8)
+        for (bad, key) in [(documentDuplicate, "A"), (Array(topDuplicate), "u7")] {
+            guard case .failure(let failure) = EntitlementEvent.decodeForSink(bad, keepingDocumentTexts: true, parsingDocuments: false) else {
+                Issue.record("a duplicate key \(key) was accepted")
+                continue
+            }
+            #expect(failure.reason == "undecodable")
+            #expect(failure.detail.contains("duplicate key \"\(key)\""), "\(failure.detail)")
+            // Full parsing finds the same duplicate at the same offset.
+            #expect(throws: (any Error).self) { try JSONValue.parse(bytes: bad, maxDepth: 64) }
+            if case .failure(let parsed) = Result(catching: { () throws(JSONParseError) in try JSONValue.parse(bytes: bad, maxDepth: 64) }) {
+                #expect(failure.detail == "not JSON: \(parsed)")
+            }
+        }
+    }
+
     @Test("another schema version and non-events are refused with a reason")
     func refusals() {
         var other = Self.full
