@@ -275,15 +275,37 @@ struct JSONParser {
         } while try another(closing: UInt8(ascii: "}"))
     }
 
-    /// The keys of one object checked so far, each found again in constant time (a document of many keys must not
-    /// cost the square of their number). Two plain keys (ASCII, no escape) are the same key exactly when their bytes
-    /// are, so while every key is plain their bytes are kept; from the first key that is not, every key is kept as
-    /// its decoded String, compared as the parser's dictionary compares its keys (canonically equivalent ones equal).
+    /// The keys of one object checked so far. A few are compared one by one, as cheap as it gets for the small
+    /// objects of real documents; past `linearLimit` they move into sets, where each is found again in constant time
+    /// (an object of many keys must not cost the square of their number).
     struct SeenKeys {
+        static let linearLimit = 32
+        private var few: [(text: Range<Int>, plain: Bool)] = []
+        private var many: ManyKeys?
+
+        /// False when the key is one already seen.
+        mutating func insert(_ text: Range<Int>, plain: Bool, of parser: JSONParser) -> Bool {
+            if many != nil { return many!.insert(text, plain: plain, of: parser) }
+            let key = (text: text, plain: plain)
+            if few.contains(where: { parser.sameKey($0, key) }) { return false }
+            few.append(key)
+            if few.count >= Self.linearLimit {
+                var sets = ManyKeys()
+                for k in few { _ = sets.insert(k.text, plain: k.plain, of: parser) }
+                many = sets
+                few = []
+            }
+            return true
+        }
+    }
+
+    /// Many keys of one object. Two plain keys (ASCII, no escape) are the same key exactly when their bytes are, so
+    /// while every key is plain their bytes are kept; from the first key that is not, every key is kept as its
+    /// decoded String, compared as the parser's dictionary compares its keys (canonically equivalent ones equal).
+    struct ManyKeys {
         private var plain: Set<KeyBytes> = []
         private var decoded: Set<String>?
 
-        /// False when the key is one already seen.
         mutating func insert(_ text: Range<Int>, plain isPlain: Bool, of parser: JSONParser) -> Bool {
             if decoded == nil, isPlain { return plain.insert(KeyBytes(buffer: parser.buf, text: text)).inserted }
             if decoded == nil {
@@ -292,6 +314,16 @@ struct JSONParser {
             }
             return decoded!.insert(parser.decodedKey(text)).inserted
         }
+    }
+
+    /// Whether two checked keys (their texts between the quotes) are the same key: by their bytes when both are
+    /// plain, as decoded Strings otherwise.
+    func sameKey(_ a: (text: Range<Int>, plain: Bool), _ b: (text: Range<Int>, plain: Bool)) -> Bool {
+        if a.plain && b.plain {
+            guard a.text.count == b.text.count else { return false }
+            return buf[a.text].elementsEqual(buf[b.text])
+        }
+        return decodedKey(a.text) == decodedKey(b.text)
     }
 
     /// A plain key's text, by its bytes in the buffer being parsed.

@@ -48,8 +48,12 @@ import Testing
             String(repeating: #"{"a":"#, count: 70) + "1" + String(repeating: "}", count: 70), #"{"a":[[[[]]]],"b":-1.5e-3}"#,
             #"{"long key with spaces and more":"a value that is longer than eight bytes","x":true}"#, "[1]", "\"s\"", "7",
         ]
+        // Objects past the parser's few keys compared one by one (`SeenKeys.linearLimit`), where keys are kept in sets.
+        let many = (0..<40).map { #""k\#($0)":\#($0)"# }.joined(separator: ",")
+        let large = [#"{\#(many)}"#, #"{\#(many),"K":1,"\u212a":2}"#, #"{\#(many),"\u0061x":1,"ax":2}"#,
+                     #"{\#(many),"é":1,"e\u0301":2}"#, #"{\#(many),"k39":0}"#, #"{"k0":0,\#(many)}"#]
         var texts: [String] = []
-        for document in inner {
+        for document in inner + large {
             texts += [#"{"x":\#(document),"y":2}"#, #"{"y":[],"x":\#(document)}"#, #"{"x":\#(document)"#,
                       #"{"q":\#(document),"x":1}"#, #"{"\u0078":\#(document)}"#]
         }
