@@ -181,7 +181,7 @@ extension EntitlementEvent {
         static let names = JSONMemberNames(allCases.map { String(describing: $0) })
         /// The same, the embedded documents (`EventDocumentTexts`) checked but not built.
         static let namesSkippingDocuments = JSONMemberNames(
-            names.names, skippingObjectsOf: ["transaction", "renewalInfo", "appTransaction", "details"])
+            names.names, skippingObjectsOf: Set([transaction, renewalInfo, appTransaction, details].map(\.name)))
     }
 }
 
