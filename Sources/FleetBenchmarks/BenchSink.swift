@@ -25,6 +25,8 @@ public struct BenchSink: Sendable {
 
     public var events: Int = 100_000
     public var batchSize: Int = SinkConfiguration.defaultMaxBatchSize
+    /// `fleet sink --batch-target-ms` (0: fixed batches of `batchSize`).
+    public var batchTargetMs: Int = SinkConfiguration.defaultBatchTargetMilliseconds
     public var writers: Int = 1
 
     public var partitions: Int?
@@ -36,7 +38,7 @@ public struct BenchSink: Sendable {
     public var executable: String?
 
     public func run() async throws {
-        guard events > 0, batchSize > 0, partitions ?? 1 > 0 else { throw ValidationError("all counts must be positive") }
+        guard events > 0, batchSize > 0, batchTargetMs >= 0, partitions ?? 1 > 0 else { throw ValidationError("all counts must be positive") }
         FleetLogging.bootstrap(format: "text", level: "warning")
         // The malloc settings `fleet sink` starts with (the sink runs in this process).
         MemoryTuning.keepBatchBlocksInHeap(environment: ProcessInfo.processInfo.environment)
@@ -95,13 +97,18 @@ public struct BenchSink: Sendable {
         try await SinkSchema.migrate(connection: connection, logger: logger)
 
         let durations = Mutex<[Duration]>([])
+        /// Records per batch, and the limit the last batch left for the next (`BatchSizing`).
+        let sizes = Mutex<(batches: [Int], nextLimit: Int)>(([], 0))
         let processed = Mutex(0)
         let sinkWriters = try KafkaSinkWriters(
             count: writers, kafka: kafka, groupId: "bench-sink", topic: topic,
-            configuration: SinkConfiguration(databaseURL: try DatabaseURL(postgres.url), maxBatchSize: batchSize),
+            configuration: SinkConfiguration(
+                databaseURL: try DatabaseURL(postgres.url), maxBatchSize: batchSize,
+                batchTarget: batchTargetMs > 0 ? .milliseconds(batchTargetMs) : nil),
             rejected: KafkaRejectedSink(producer: producer, topic: "bench.sink-rejected"), logger: logger,
             onBatch: { report in
                 durations.withLock { $0.append(report.duration) }
+                sizes.withLock { $0.batches.append(report.records); $0.nextLimit = report.nextLimit }
                 processed.withLock { $0 += report.records }
             })
         let clock = ContinuousClock()
@@ -138,6 +145,8 @@ public struct BenchSink: Sendable {
         let sorted = durations.withLock { $0 }.sorted()
         let p99 = sorted.isEmpty ? 0 : seconds(sorted[min(sorted.count - 1, Int((Double(sorted.count) * 0.99).rounded(.up)) - 1)]) * 1000
         let p50 = sorted.isEmpty ? 0 : seconds(sorted[sorted.count / 2]) * 1000
+        let (batchSizes, lastLimit) = sizes.withLock { $0 }
+        let meanBatch = Double(batchSizes.reduce(0, +)) / Double(max(1, batchSizes.count))
 
         let written = try await connection.query("SELECT count(*) FROM entitlement_events", logger: logger).collect()
         let rows = try written.first?.decode(Int64.self) ?? 0
@@ -199,6 +208,9 @@ public struct BenchSink: Sendable {
         let ratio = eventsPerSecond / copyEventsPerSecond
         print(String(format: "sink: %.0f events/s over %.2f s (%d batches, p50 %.1f ms, p99 %.1f ms)",
                      eventsPerSecond, elapsed, sorted.count, p50, p99))
+        print(String(format: "batches: at most %d events, target %@; %.0f events on average, largest %d, the last limit %d",
+                     batchSize, batchTargetMs > 0 ? "\(batchTargetMs) ms" : "none (fixed)", meanBatch,
+                     batchSizes.max() ?? 0, lastLimit))
         print(String(format: "COPY of the same %d rows (%.1f per event, %d tables) into empty tables: %.0f rows/s = %.0f events/s (%.2f s); sink/COPY = %.2f",
                      copiedRows, Double(copiedRows) / Double(events), Self.sinkTables.count, copyRowsPerSecond,
                      copyEventsPerSecond, copySeconds, ratio))
@@ -213,10 +225,11 @@ public struct BenchSink: Sendable {
         print(String(format: "peak RSS while the sink ran %.1f MB (", rssMB) + whose
               + String(format: "; %.1f MB before the sink started)", rssBeforeSink))
         print("targets: >= 12000 events/s \(eventsPerSecond >= 12_000 ? "met" : "NOT met"); >= 0.6 x COPY \(ratio >= 0.6 ? "met" : "NOT met"); p99 batch < 250 ms \(p99 < 250 ? "met" : "NOT met"); RSS < 200 MB \(rssMB < 200 ? "met" : "NOT met")")
-        print(String(format: #"{"events_per_s": %.0f, "p99_batch_ms": %.2f, "copy_rows_per_s": %.0f, "copy_events_per_s": %.0f, "sink_to_copy_ratio": %.3f, "copy_rows_per_event": %.2f, "events_table_copy_rows_per_s": %.0f, "binary_copy_events_per_s": %.0f, "sink_to_binary_copy_ratio": %.3f, "p50_batch_ms": %.2f, "events": %d, "batch_size": %d, "writers": %d, "rss_mb": %.1f, "rss_before_sink_mb": %.1f, "cluster_in_child_process": \#(cluster.isChild), "cluster_rss_mb": %.1f, "database_locale": "\#(databaseLocale?.description ?? "C")"}"#,
+        print(String(format: #"{"events_per_s": %.0f, "p99_batch_ms": %.2f, "copy_rows_per_s": %.0f, "copy_events_per_s": %.0f, "sink_to_copy_ratio": %.3f, "copy_rows_per_event": %.2f, "events_table_copy_rows_per_s": %.0f, "binary_copy_events_per_s": %.0f, "sink_to_binary_copy_ratio": %.3f, "p50_batch_ms": %.2f, "events": %d, "batch_size": %d, "batch_target_ms": %d, "mean_batch_events": %.0f, "max_batch_events": %d, "writers": %d, "rss_mb": %.1f, "rss_before_sink_mb": %.1f, "cluster_in_child_process": \#(cluster.isChild), "cluster_rss_mb": %.1f, "database_locale": "\#(databaseLocale?.description ?? "C")"}"#,
                      eventsPerSecond, p99, copyRowsPerSecond, copyEventsPerSecond, ratio,
                      Double(copiedRows) / Double(events), eventsTableRowsPerSecond, binaryCopyEventsPerSecond,
-                     eventsPerSecond / binaryCopyEventsPerSecond, p50, events, batchSize, max(1, writers),
+                     eventsPerSecond / binaryCopyEventsPerSecond, p50, events, batchSize, batchTargetMs, meanBatch,
+                     batchSizes.max() ?? 0, max(1, writers),
                      rssMB, rssBeforeSink, clusterMB))
     }
 

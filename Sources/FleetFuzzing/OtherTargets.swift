@@ -191,7 +191,7 @@ enum LoaderTargets {
                 read { settings.string(key, flag: nil) ?? "nil" }
             }
             for key in ["input-topic", "root-certificate", "environment"] { read { settings.strings(key, flag: []).joined(separator: "|") } }
-            for key in ["metrics-port", "threads", "max-batch-size", "shutdown-deadline-seconds", "writers"] {
+            for key in ["metrics-port", "threads", "max-batch-size", "batch-target-ms", "shutdown-deadline-seconds", "writers"] {
                 read { String(try settings.int(key, flag: nil, default: 0)) }
             }
             read { String(describing: try settings.optionalInt64("app-apple-id", flag: nil)) }

@@ -53,44 +53,6 @@ public protocol RejectedRecordSink: Sendable {
     func reject(_ record: SinkRecord, reason: String, detail: String) async throws
 }
 
-public struct SinkConfiguration: Sendable {
-    public var databaseURL: DatabaseURL
-    public var maxBatchSize: Int
-    public var initialBackoff: Duration
-    public var maxBackoff: Duration
-    /// A batch still unfinished after this long is abandoned (connection closed, retried).
-    public var batchTimeout: Duration
-
-    /// Events per database transaction unless configured otherwise. `fleet bench sink`, 6 pairs alternated with
-    /// 2,000 (2026-11-27, on a machine where a batch of 2,000 took ~240 ms): 8,027-11,279 events/s (mean 8,918)
-    /// against 7,661-9,155 (mean 8,192), sink/COPY mean 0.443 against 0.405, p99 batch 230-251 ms against 264-308,
-    /// RSS 135-145 MB against 152-160. Smaller still (1,000) was slower: 7,227-8,448 events/s, 0.32-0.33 x.
-    public static let defaultMaxBatchSize = 1500
-
-    public init(
-        databaseURL: DatabaseURL, maxBatchSize: Int = SinkConfiguration.defaultMaxBatchSize, initialBackoff: Duration = .milliseconds(100),
-        maxBackoff: Duration = .seconds(5), batchTimeout: Duration = .seconds(30)
-    ) {
-        self.batchTimeout = batchTimeout
-        self.databaseURL = databaseURL
-        self.maxBatchSize = maxBatchSize
-        self.initialBackoff = initialBackoff
-        self.maxBackoff = maxBackoff
-    }
-}
-
-/// Why a record went to the sink-rejected topic.
-public enum SinkRejection: String, Sendable {
-    /// The value is not an `EntitlementEvent` JSON document.
-    case undecodable
-    /// `schema` is not `entitlement-event/v1`.
-    case unsupportedSchema = "unsupported_schema"
-    /// Decoded, but a required field is empty.
-    case invalidEvent = "invalid_event"
-    /// PostgreSQL refused the event itself (a data error that retrying cannot fix), isolated from its batch.
-    case databaseRejected = "database_rejected"
-}
-
 /// The sink: consumes result-topic batches, writes each batch in one database transaction, then marks the batch's
 /// offsets processed. Database unavailable -> retries with backoff, offsets stay uncommitted, `isReady` is false,
 /// and it resumes without loss. Undecodable events go to the sink-rejected topic, never dropped.
@@ -105,6 +67,7 @@ public final class SinkService: Service, Sendable {
     private let metrics = SinkMetrics()
     private let databaseReady = Mutex(false)
     private let batchesDone = Mutex(0)
+    private let sizing: Mutex<BatchSizing>
     private let onBatch: (@Sendable (BatchReport) -> Void)?
 
     /// What one processed batch did (for benchmarks and tests; metrics carry the same figures).
@@ -115,6 +78,8 @@ public final class SinkService: Service, Sendable {
         public var duration: Duration
         /// Whether the batch's transaction was begun behind the previous batch's COMMIT (`EventApplier.apply`).
         public var begunAhead: Bool = false
+        /// The most records the next batch takes, after this one (`BatchSizing`).
+        public var nextLimit: Int = 0
     }
 
     public init(
@@ -126,7 +91,12 @@ public final class SinkService: Service, Sendable {
         self.rejected = rejected
         self.logger = logger
         self.onBatch = onBatch
+        self.sizing = Mutex(BatchSizing(configuration))
+        metrics.batchLimit.record(sizing.withLock { $0.current })
     }
+
+    /// The most records the next batch takes (`SinkConfiguration.batchTarget`).
+    public var batchLimit: Int { sizing.withLock { $0.current } }
 
     /// Connected to a migrated database and to the source: what `/readyz` reports.
     public var isReady: Bool { databaseReady.withLock { $0 } && source.isReady }
@@ -173,7 +143,7 @@ public final class SinkService: Service, Sendable {
                     prefetched = nil
                     (records, decoded) = try await next.value
                 } else {
-                    records = try await source.nextBatch(maxRecords: configuration.maxBatchSize)
+                    records = try await source.nextBatch(maxRecords: batchLimit)
                     decoded = try await background.run { [records, applier] in Self.decodeBatch(records, applier: applier) }
                 }
                 if records.isEmpty {
@@ -197,7 +167,7 @@ public final class SinkService: Service, Sendable {
                 // Fetch and decode the next batch while this one is written. Its offsets are marked only after its
                 // own transaction, so a crash in between redelivers it, as for any unwritten batch.
                 let writing = WriteInProgress()
-                let upcoming = Task { [source, applier, limit = configuration.maxBatchSize] in
+                let upcoming = Task { [source, applier, limit = batchLimit] in
                     let next = try await Self.gather(from: source, limit: limit, applier: applier, on: background, while: writing)
                     writing.gathered()
                     return next
@@ -276,8 +246,13 @@ public final class SinkService: Service, Sendable {
                 "batch \(records.count): begun ahead \(opened != nil), next begun \(next != nil), total \(duration)\n".data(using: .utf8)!)
         }
         metrics.batch.recordNanoseconds(duration.nanoseconds)
+        let limit = sizing.withLock { sizing in
+            sizing.record(records: records.count, duration: duration)
+            return sizing.current
+        }
+        metrics.batchLimit.record(limit)
         onBatch?(BatchReport(records: records.count, rejected: refused.count, outcome: outcome, duration: duration,
-                             begunAhead: opened != nil))
+                             begunAhead: opened != nil, nextLimit: limit))
         return next
     }
 
@@ -495,33 +470,6 @@ public final class SinkService: Service, Sendable {
             return "\(psql.code)\(psql.underlying.map { " (\($0))" } ?? "")"
         }
         return "\(inner)"
-    }
-}
-
-/// The sink's metrics (names listed in the README).
-struct SinkMetrics: Sendable {
-    let applied = Counter(label: "fleet_sink_events_total", dimensions: [("status", "applied")])
-    let stale = Counter(label: "fleet_sink_events_total", dimensions: [("status", "stale")])
-    let duplicate = Counter(label: "fleet_sink_events_total", dimensions: [("status", "duplicate")])
-    let batch = Metrics.Timer(label: "fleet_sink_batch_seconds", preferredDisplayUnit: .seconds)
-    let retries = Counter(label: "fleet_sink_retries_total")
-    static let tables = [
-        "notifications", "transactions", "transaction_versions", "entitlement_events", "entitlements",
-        "consumable_ledger",
-    ]
-    let rows: [String: Counter] = Dictionary(uniqueKeysWithValues: SinkMetrics.tables.map {
-        ($0, Counter(label: "fleet_sink_rows_written_total", dimensions: [("table", $0)]))
-    })
-
-    func record(_ outcome: ApplyOutcome) {
-        applied.increment(by: outcome.applied)
-        stale.increment(by: outcome.stale)
-        duplicate.increment(by: outcome.duplicate)
-        for (table, n) in outcome.rowsWritten where n > 0 { rows[table]?.increment(by: n) }
-    }
-
-    func rejected(_ reason: String) {
-        Counter(label: "fleet_sink_rejected_total", dimensions: [("reason", reason)]).increment()
     }
 }
 

@@ -121,6 +121,8 @@ struct BenchSinkCommand: AsyncParsableCommand {
 
     @Option(help: "Events to write") var events: Int = 100_000
     @Option(help: "Most events per database transaction") var batchSize: Int = SinkConfiguration.defaultMaxBatchSize
+    @Option(help: "Batch time target in ms, as `fleet sink --batch-target-ms` (0: fixed batches of --batch-size)")
+    var batchTargetMs: Int = SinkConfiguration.defaultBatchTargetMilliseconds
     @Option(help: "Sink writers, as `fleet sink --writers` (each its own consumer in the group and database connection)") var writers: Int = 1
     @Option(help: "Partitions of the result topic (default: enough for the embedded cluster to retain every event)") var partitions: Int?
     @Option(help: "Collation of the benchmark's database: icu:NAME (e.g. icu:en-US) or an installed locale (e.g. en_US.UTF-8); default C",
@@ -132,6 +134,7 @@ struct BenchSinkCommand: AsyncParsableCommand {
         bench.databaseLocale = databaseLocale
         bench.events = events
         bench.batchSize = batchSize
+        bench.batchTargetMs = batchTargetMs
         bench.writers = writers
         bench.partitions = partitions
         bench.executable = currentExecutable()

@@ -89,6 +89,12 @@ struct Sink: AsyncParsableCommand {
     @Option(help: "Most events per database transaction (default \(SinkConfiguration.defaultMaxBatchSize)).")
     var maxBatchSize: Int?
     @Option(help: """
+        The time one batch should take, in ms (default \(SinkConfiguration.defaultBatchTargetMilliseconds)): batches grow toward \
+        --max-batch-size while they take well under it and shrink after one that takes longer; 0: every batch takes \
+        up to --max-batch-size.
+        """)
+    var batchTargetMs: Int?
+    @Option(help: """
         Writers in this process (default 1): each is a member of the consumer group with its own database \
         connection, so the result topic's partitions are split between them; every batch is still one transaction. \
         More writers raise throughput when PostgreSQL has cores to spare.
@@ -103,7 +109,7 @@ struct Sink: AsyncParsableCommand {
                                level: s.string("log-level", flag: service.logLevel, default: "info")!)
         let logger = Logger(label: "fleet.sink")
         let servers: String, rawURL: String, groupId: String, topic: String, rejected: String
-        let deadline: Int, port: Int, batch: Int, writerCount: Int, properties: [String: String]
+        let deadline: Int, port: Int, batch: Int, target: Int, writerCount: Int, properties: [String: String]
         do {
             servers = try s.requiredString("bootstrap-servers", flag: service.bootstrapServers)
             rawURL = try s.requiredString("database-url", flag: databaseURL)
@@ -113,10 +119,12 @@ struct Sink: AsyncParsableCommand {
             deadline = try s.int("shutdown-deadline-seconds", flag: service.shutdownDeadlineSeconds, default: 25)
             port = try s.int("metrics-port", flag: service.metricsPort, default: 9091)
             batch = try s.int("max-batch-size", flag: maxBatchSize, default: SinkConfiguration.defaultMaxBatchSize)
+            target = try s.int("batch-target-ms", flag: batchTargetMs, default: SinkConfiguration.defaultBatchTargetMilliseconds)
             writerCount = try s.int("writers", flag: writers, default: 1)
             properties = try s.kafkaProperties(flag: service.kafkaProperties)
         } catch { throw ValidationError("\(error)") }
         guard batch > 0 else { throw ValidationError("--max-batch-size must be positive") }
+        guard (0...60_000).contains(target) else { throw ValidationError("--batch-target-ms must be between 0 and 60000") }
         guard (1...64).contains(writerCount) else { throw ValidationError("--writers must be between 1 and 64") }
         let url = try DatabaseURL(rawURL)
         FleetMetrics.bootstrap()
@@ -132,7 +140,9 @@ struct Sink: AsyncParsableCommand {
         } catch { throw ValidationError("\(error)") }
         let sink = try KafkaSinkProcess(
             configuration: .init(kafka: kafka, group: groupId, topic: topic, rejectedTopic: rejected, writers: writerCount,
-                                 sink: SinkConfiguration(databaseURL: url, maxBatchSize: batch), shutdownDeadline: .seconds(deadline)),
+                                 sink: SinkConfiguration(databaseURL: url, maxBatchSize: batch,
+                                                         batchTarget: target > 0 ? .milliseconds(target) : nil),
+                                 shutdownDeadline: .seconds(deadline)),
             readiness: readiness, logger: logger)
         var groupConfiguration = ServiceGroupConfiguration(
             services: [

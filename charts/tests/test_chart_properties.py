@@ -23,7 +23,7 @@ CONTRACT_WORKER_KEYS = {
 }
 CONTRACT_SINK_KEYS = {
     "group", "result-topic", "database-url", "rejected-topic", "metrics-port", "shutdown-deadline-seconds",
-    "log-level", "log-format", "max-batch-size", "writers", "metrics-host", "offset-reset-policy",
+    "log-level", "log-format", "max-batch-size", "batch-target-ms", "writers", "metrics-host", "offset-reset-policy",
     "stall-timeout-seconds",
 }
 CONTRACT_METRICS = [
