@@ -41,12 +41,21 @@ import Testing
         #expect(limits.last == 4000)
     }
 
-    /// 100 us per record: ~80 % of 150 ms is ~1,200 records, where the size settles; batches then stay under target.
+    /// 50 us per record: ~80 % of 150 ms is ~2,400 records, where the size settles; batches then stay under target.
     @Test func settlesWhereBatchesTakeMostOfTheTarget() {
         var sizing = BatchSizing(maximum: 4000, target: .milliseconds(150))
+        let limits = Self.run(&sizing, batches: 20, perRecord: .microseconds(50))
+        #expect((2350...2450).contains(limits.last!))
+        #expect(limits.suffix(5).allSatisfy { $0 * 50 < 150_000 })
+    }
+
+    /// 100 us per record would settle at ~1,200: the size stays at its floor, the initial 1,500.
+    @Test func neverShrinksUnderTheInitialSize() {
+        var sizing = BatchSizing(maximum: 4000, target: .milliseconds(150))
         let limits = Self.run(&sizing, batches: 20, perRecord: .microseconds(100))
-        #expect((1150...1250).contains(limits.last!))
-        #expect(limits.suffix(5).allSatisfy { $0 * 100 < 150_000 })
+        #expect(limits.allSatisfy { $0 == 1500 })
+        sizing.record(records: 1500, duration: .seconds(30))
+        #expect(sizing.current == 1500)
     }
 
     /// One batch over the target: the next limit is what that batch would have fitted into the target.
@@ -54,11 +63,11 @@ import Testing
         var sizing = BatchSizing(maximum: 4000, target: .milliseconds(150))
         _ = Self.run(&sizing, batches: 12, perRecord: .microseconds(20))
         #expect(sizing.current == 4000)
-        sizing.record(records: 4000, duration: .milliseconds(600))
-        #expect(sizing.current == 1000)
-        // A database outage (retries inside the batch): down to the minimum, not to zero.
-        sizing.record(records: 1000, duration: .seconds(30))
-        #expect(sizing.current == 100)
+        sizing.record(records: 4000, duration: .milliseconds(300))
+        #expect(sizing.current == 2000)
+        // A database outage (retries inside the batch): down to the floor, the initial size.
+        sizing.record(records: 2000, duration: .seconds(30))
+        #expect(sizing.current == 1500)
     }
 
     /// Small batches (little traffic) are mostly fixed cost: they neither grow the size nor teach the time per record.
@@ -66,8 +75,8 @@ import Testing
         var sizing = BatchSizing(maximum: 4000, target: .milliseconds(150))
         for _ in 0..<10 { sizing.record(records: 20, duration: .milliseconds(10)) }
         #expect(sizing.current == 1500)
-        // ... but one over the target still cuts it.
+        // ... and one over the target cuts it no lower than the initial size.
         sizing.record(records: 20, duration: .milliseconds(300))
-        #expect(sizing.current == 100)
+        #expect(sizing.current == 1500)
     }
 }
