@@ -90,8 +90,9 @@ struct Sink: AsyncParsableCommand {
     var maxBatchSize: Int?
     @Option(help: """
         The time one batch should take, in ms (default \(SinkConfiguration.defaultBatchTargetMilliseconds)): batches grow toward \
-        --max-batch-size while they take well under it and shrink after one that takes longer; 0: every batch takes \
-        up to --max-batch-size.
+        --max-batch-size while they take well under it and shrink after one that takes longer, never under \
+        \(SinkConfiguration.initialBatchSize) (or --max-batch-size when smaller); 0: every batch takes up to \
+        --max-batch-size.
         """)
     var batchTargetMs: Int?
     @Option(help: """
