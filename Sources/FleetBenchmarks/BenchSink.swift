@@ -18,7 +18,11 @@ import Synchronization
 /// `copy_events_per_s` (the events those rows hold, per second of COPY) and `sink_to_copy_ratio` (events_per_s over
 /// copy_events_per_s), plus `events_table_copy_rows_per_s` (the entitlement_events rows alone) and a stricter
 /// ceiling, `binary_copy_events_per_s` / `sink_to_binary_copy_ratio` (the same rows by a binary COPY that the server
-/// reads from a file).
+/// reads from a file). CPU per event, steadier than rates on a noisy machine (`/proc/PID/stat`, from the end of the
+/// first batch): `backend_cpu_us_per_event` (the sink's PostgreSQL backends), `copy_backend_cpu_us_per_event` (the
+/// backend running the text COPY reference), `backend_cpu_ratio` (the second over the first: the share of the sink's
+/// backend work a plain COPY of its rows would need) and `sink_process_cpu_us_per_event` (this process, i.e. the sink,
+/// when the cluster runs in a child; else null). A figure is null when a backend went away (a reconnect).
 /// Registered by the lead under `fleet bench`.
 public struct BenchSink: Sendable {
     public init() {}
@@ -129,11 +133,16 @@ public struct BenchSink: Sendable {
         }
         let firstBatchDone = clock.now
         let firstCount = processed.withLock { $0 }
+        // CPU time per event, a steadier figure than events/s on a noisy machine: the sink's backends (its
+        // connections to the bench database) and this process (the sink; the cluster runs in a child), from here on.
+        let backends = try await clientBackendPIDs(except: connection, logger: logger)
+        let cpuFrom = (backends: cpuSeconds(backends), sink: processCPUSeconds(pid: getpid()), count: processed.withLock { $0 })
         while processed.withLock({ $0 }) < events {
             try await Task.sleep(for: .milliseconds(2))
             if clock.now - started > .seconds(900) { task.cancel(); throw ValidationError("the sink did not finish within 900 s") }
         }
         let finished = clock.now
+        let cpuTo = (backends: cpuSeconds(backends), sink: processCPUSeconds(pid: getpid()))
         task.cancel()
         _ = try? await task.value
         _ = await sinkWriters.close(deadline: .seconds(5))
@@ -162,6 +171,8 @@ public struct BenchSink: Sendable {
         var copiedRows = 0
         var eventsTableRowsPerSecond = 0.0
         var tableSecondsList: [String] = []
+        let ownBackend = try await connection.query("SELECT pg_backend_pid()", logger: logger).collect().first?.decode(Int32.self)
+        var copyBackendSeconds: Double? = 0
         for table in Self.sinkTables {
             let lines = try await copyLines(table: table, connection: connection, logger: logger)
             // The same columns as the sink's table, with their defaults, compression (lz4 for the payloads, migration
@@ -171,6 +182,7 @@ public struct BenchSink: Sendable {
                 unsafeSQL: "CREATE TABLE copy_\(table) (LIKE \(table) INCLUDING DEFAULTS INCLUDING COMPRESSION INCLUDING STORAGE)"),
                 logger: logger)
             let copyStart = clock.now
+            let backendBefore = ownBackend.flatMap(processCPUSeconds)
             try await connection.copyFrom(table: "copy_\(table)", columns: lines.columns, logger: logger) { writer in
                 var buffer = ByteBuffer()
                 for line in lines.rows {
@@ -183,6 +195,11 @@ public struct BenchSink: Sendable {
                 if buffer.readableBytes > 0 { try await writer.write(buffer) }
             }
             let tableSeconds = seconds(clock.now - copyStart)
+            if let before = backendBefore, let after = ownBackend.flatMap(processCPUSeconds), let sum = copyBackendSeconds {
+                copyBackendSeconds = sum + after - before
+            } else {
+                copyBackendSeconds = nil
+            }
             copySeconds += tableSeconds
             tableSecondsList.append(String(format: "%@ %.0f ms (%d rows)", table, tableSeconds * 1000, lines.rows.count))
             copiedRows += lines.rows.count
@@ -209,6 +226,16 @@ public struct BenchSink: Sendable {
         try await connection.close()
 
         let ratio = eventsPerSecond / copyEventsPerSecond
+        let cpuEvents = Double(max(1, events - cpuFrom.count))
+        func used(_ from: Double?, _ to: Double?) -> Double? {
+            guard let from, let to else { return nil }
+            return (to - from) * 1e6 / cpuEvents
+        }
+        let backendUs = used(cpuFrom.backends, cpuTo.backends)
+        let sinkUs = cluster.isChild ? used(cpuFrom.sink, cpuTo.sink) : nil
+        let copyBackendUs = copyBackendSeconds.map { $0 * 1e6 / Double(events) }
+        let cpuRatio = copyBackendUs.flatMap { copy in backendUs.map { copy / max($0, 1e-9) } }
+        func json(_ value: Double?, _ format: String) -> String { value.map { String(format: format, $0) } ?? "null" }
         print(String(format: "sink: %.0f events/s over %.2f s (%d batches, p50 %.1f ms, p99 %.1f ms)",
                      eventsPerSecond, elapsed, sorted.count, p50, p99))
         print(String(format: "batches: at most %d events, target %@; %.0f events on average, largest %d, the last limit %d",
@@ -227,13 +254,36 @@ public struct BenchSink: Sendable {
             : "the whole bench process: the sink and the embedded cluster holding the topic"
         print(String(format: "peak RSS while the sink ran %.1f MB (", rssMB) + whose
               + String(format: "; %.1f MB before the sink started)", rssBeforeSink))
+        print("PostgreSQL's backend CPU per event: the sink's \(json(backendUs, "%.1f")) us (\(backends.count) backend(s)), "
+              + "the COPY reference's \(json(copyBackendUs, "%.1f")) us: COPY/sink = \(json(cpuRatio, "%.3f")); "
+              + "the sink's process \(json(sinkUs, "%.1f")) us per event")
         print("targets: >= 12000 events/s \(eventsPerSecond >= 12_000 ? "met" : "NOT met"); >= 0.6 x COPY \(ratio >= 0.6 ? "met" : "NOT met"); p99 batch < 250 ms \(p99 < 250 ? "met" : "NOT met"); RSS < 200 MB \(rssMB < 200 ? "met" : "NOT met")")
-        print(String(format: #"{"events_per_s": %.0f, "p99_batch_ms": %.2f, "copy_rows_per_s": %.0f, "copy_events_per_s": %.0f, "sink_to_copy_ratio": %.3f, "copy_rows_per_event": %.2f, "events_table_copy_rows_per_s": %.0f, "binary_copy_events_per_s": %.0f, "sink_to_binary_copy_ratio": %.3f, "p50_batch_ms": %.2f, "events": %d, "batch_size": %d, "batch_target_ms": %d, "mean_batch_events": %.0f, "max_batch_events": %d, "writers": %d, "rss_mb": %.1f, "rss_before_sink_mb": %.1f, "cluster_in_child_process": \#(cluster.isChild), "cluster_rss_mb": %.1f, "database_locale": "\#(databaseLocale?.description ?? "C")"}"#,
+        print(String(format: #"{"events_per_s": %.0f, "p99_batch_ms": %.2f, "copy_rows_per_s": %.0f, "copy_events_per_s": %.0f, "sink_to_copy_ratio": %.3f, "copy_rows_per_event": %.2f, "events_table_copy_rows_per_s": %.0f, "binary_copy_events_per_s": %.0f, "sink_to_binary_copy_ratio": %.3f, "p50_batch_ms": %.2f, "events": %d, "batch_size": %d, "batch_target_ms": %d, "mean_batch_events": %.0f, "max_batch_events": %d, "writers": %d, "rss_mb": %.1f, "rss_before_sink_mb": %.1f, "cluster_in_child_process": \#(cluster.isChild), "cluster_rss_mb": %.1f, "database_locale": "\#(databaseLocale?.description ?? "C")", "backend_cpu_us_per_event": \#(json(backendUs, "%.1f")), "copy_backend_cpu_us_per_event": \#(json(copyBackendUs, "%.1f")), "backend_cpu_ratio": \#(json(cpuRatio, "%.3f")), "sink_process_cpu_us_per_event": \#(json(sinkUs, "%.1f"))}"#,
                      eventsPerSecond, p99, copyRowsPerSecond, copyEventsPerSecond, ratio,
                      Double(copiedRows) / Double(events), eventsTableRowsPerSecond, binaryCopyEventsPerSecond,
                      eventsPerSecond / binaryCopyEventsPerSecond, p50, events, batchSize, batchTargetMs, meanBatch,
                      batchSizes.max() ?? 0, max(1, writers),
                      rssMB, rssBeforeSink, clusterMB))
+    }
+
+    /// The client backends of this database other than `connection`'s (the sink's connections).
+    private func clientBackendPIDs(except connection: PostgresConnection, logger: Logger) async throws -> [Int32] {
+        let rows = try await connection.query("""
+            SELECT pid FROM pg_stat_activity
+            WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid()
+            """, logger: logger).collect()
+        return try rows.map { try $0.decode(Int32.self) }
+    }
+
+    /// The CPU seconds of `pids` together; nil when one is gone (a reconnect: then no figure rather than a wrong one).
+    private func cpuSeconds(_ pids: [Int32]) -> Double? {
+        guard !pids.isEmpty else { return nil }
+        var total = 0.0
+        for pid in pids {
+            guard let seconds = processCPUSeconds(pid: pid) else { return nil }
+            total += seconds
+        }
+        return total
     }
 
     /// Every table the sink writes.

@@ -144,3 +144,14 @@ enum ProcessMemory {
         return processStatusMegabytes(pid: getpid(), field: "VmRSS:")
     }
 }
+
+/// The CPU time a process has used so far (user + system, /proc/PID/stat), in seconds; nil when unreadable (the
+/// process is gone). Resolution: one clock tick (10 ms).
+func processCPUSeconds(pid: Int32) -> Double? {
+    guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+          let close = stat.lastIndex(of: ")") else { return nil }
+    // After the command's closing parenthesis: state is field 3, utime field 14, stime field 15.
+    let fields = stat[stat.index(after: close)...].split(separator: " ", omittingEmptySubsequences: true)
+    guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else { return nil }
+    return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+}
