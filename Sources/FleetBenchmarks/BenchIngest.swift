@@ -24,12 +24,14 @@ public struct BenchIngest: Sendable {
     public var kafkaProperties: [String: String] = [:]
 
     public func run() async throws {
-        var logger = Logger(label: "fleet.bench.ingest")
-        logger.logLevel = .warning
         // The log handler `fleet ingest` runs with by default (Hummingbird sets a request id in every request's logger
-        // metadata, so the handler's cost is on every request).
+        // metadata, so the handler's cost is on every request). Bootstrapped before the service's logger is made, as
+        // `fleet ingest` does: a Logger made before the bootstrap keeps swift-log's stream handler, whose metadata
+        // setter formats every metadata value (until 2026-11-29 the benchmark's server ran with it).
         FleetLogging.bootstrap(format: "json", level: "warning")
         FleetMetrics.bootstrap()
+        var logger = Logger(label: "fleet.bench.ingest")
+        logger.logLevel = .warning
         let wrk = try resolveClient()
         let loadBefore = Self.loadAverage()
         let pki = try TestPKI()
