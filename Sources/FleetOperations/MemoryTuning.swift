@@ -23,10 +23,10 @@ public enum MemoryTuning {
     /// 64 KiB threshold every such block was a fresh mapping, so each of its pages faulted in, zeroed by the kernel,
     /// on first touch: ~35,000 page faults a second during `fleet bench sink`. With these settings ~35-575 a second,
     /// the sink process uses ~8 % less CPU, and on this 2-core machine, where the sink's preparation shares the cores
-    /// with PostgreSQL's backend, the sink wrote ~2.5 % more events/s on average over 14 alternated pairs (README,
-    /// Benchmarks). Its peak RSS grew by 5-35 MB with one writer, still under the 200 MB target. Nothing is changed
-    /// when `MALLOC_MMAP_THRESHOLD_` or `MALLOC_TRIM_THRESHOLD_` is set, or `GLIBC_TUNABLES` names a malloc setting
-    /// (the operator's choice wins), or off glibc. Returns whether the settings were applied.
+    /// with PostgreSQL's backend, the sink wrote ~2.5 % more events/s on average over 14 alternated pairs
+    /// (docs/performance.md). Its peak RSS grew by 5-35 MB with one writer, still under the 200 MB target. Nothing is
+    /// changed when `MALLOC_MMAP_THRESHOLD_` or `MALLOC_TRIM_THRESHOLD_` is set, or `GLIBC_TUNABLES` names a malloc
+    /// setting (the operator's choice wins), or off glibc. Returns whether the settings were applied.
     @discardableResult
     public static func keepBatchBlocksInHeap(environment: [String: String]) -> Bool {
         guard environment["MALLOC_MMAP_THRESHOLD_"] == nil, environment["MALLOC_TRIM_THRESHOLD_"] == nil,

@@ -8,7 +8,7 @@ import NIOPosix
 ///
 /// Why: on a machine the sink shares with its PostgreSQL (the benchmarks, a small deployment), a batch's time is the
 /// backend's, and the backend was runnable without a core ~8 % of the time while the sink prepared the next batch on
-/// the other core (`bench sink`: backend state sampled every 0.5 ms, README "Benchmarks"). At nice +5 (CFS weight ~1/3
+/// the other core (`bench sink`: backend state sampled every 0.5 ms, docs/performance.md). At nice +5 (CFS weight ~1/3
 /// of a normal thread's) the preparation yields the core to the backend and to the connection's event loop when they
 /// want it, and still gets the idle time it needs: it takes ~0.4 of a core at full speed. Where the database runs
 /// elsewhere nothing competes and nothing changes.
