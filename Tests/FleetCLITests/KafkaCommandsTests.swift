@@ -48,7 +48,8 @@ struct MultiProcessTests {
         // Invariant checked while everything runs: a committed offset never passes work nobody recorded yet.
         // (Committed offsets are sampled BEFORE reading the append-only output files.)
         var violations: [String] = []
-        func checkCommitted() async throws {
+        @discardableResult
+        func checkCommitted() async throws -> [Int32: Int64] {
             let lags = try await admin.consumerLag(groupId: group, topics: [topic])
             let done = Self.processed(fileA).merging(Self.processed(fileB)) { $0.union($1) }
             for l in lags {
@@ -58,6 +59,7 @@ struct MultiProcessTests {
                     violations.append("partition \(l.partition): committed \(c) but offset \(gap) unprocessed")
                 }
             }
+            return Dictionary(lags.compactMap { l in l.committedOffset.map { (l.partition, $0) } }, uniquingKeysWith: max)
         }
 
         // Wait until both processes have processed messages (the group is shared), then let A work a little more.
@@ -84,9 +86,17 @@ struct MultiProcessTests {
         deadline = ContinuousClock.now + .seconds(60)
         var complete = false
         while ContinuousClock.now < deadline {
-            try await checkCommitted()
-            let done = Self.processed(fileA).merging(Self.processed(fileB)) { $0.union($1) }
-            if (0..<6).allSatisfy({ (done[Int32($0)]?.count ?? 0) == perPartition }) { complete = true; break }
+            let committed = try await checkCommitted()
+            let byB = Self.processed(fileB)
+            let done = Self.processed(fileA).merging(byB) { $0.union($1) }
+            // Every message processed, and every partition either committed to its end or finished by B: A may have
+            // processed a partition to its end and been killed before committing it (auto-commit every 200 ms), and
+            // then only B, once the group gives it that partition, redelivers and commits the rest. SIGTERM before that
+            // assignment leaves the partition committed short with B never having owned it (seen 2026-11-29: 979).
+            let settled = (0..<6).map(Int32.init).allSatisfy { p in
+                committed[p] == Int64(perPartition) || (byB[p]?.contains(Int64(perPartition - 1)) ?? false)
+            }
+            if (0..<6).allSatisfy({ (done[Int32($0)]?.count ?? 0) == perPartition }), settled { complete = true; break }
             try await Task.sleep(for: .milliseconds(300))
         }
         #expect(complete, "not every message was processed: \(Self.processed(fileA).mapValues(\.count)) / \(Self.processed(fileB).mapValues(\.count))")
@@ -101,9 +111,8 @@ struct MultiProcessTests {
         try await checkCommitted()
         #expect(violations.isEmpty, "\(violations.prefix(5))")
         let lags = try await admin.consumerLag(groupId: group, topics: [topic])
-        // On failure, B's own account of its last seconds: a refused offsets_store, a failed commit or an abandoned
-        // close (its last stderr line says which close it had). Seen once on a loaded CI-like run (2026-11-29:
-        // partition 5 committed at 992 of 1000 after B exited 0) without this output to tell them apart.
+        // On failure, B's own account of its last seconds: its assignments, a refused offsets_store, a failed commit
+        // or an abandoned close (its last stderr line says which close it had).
         let bTail = String(b.readStderr().suffix(4000))
         #expect(lags.map(\.committedOffset) == Array(repeating: Int64(perPartition), count: 6), "B's stderr (tail):\n\(bTail)")
         #expect(lags.totalLag == 0)
