@@ -22,8 +22,10 @@ import Synchronization
 /// first batch): `backend_cpu_us_per_event` (the sink's PostgreSQL backends), `copy_backend_cpu_us_per_event` (the
 /// backend running the text COPY reference), `backend_cpu_ratio` (the second over the first: the share of the sink's
 /// backend work a plain COPY of its rows would need) and `sink_process_cpu_us_per_event` (this process, i.e. the sink,
-/// when the cluster runs in a child; else null). A figure is null when a backend went away (a reconnect).
-/// Registered by the lead under `fleet bench`.
+/// when the cluster runs in a child; else null). Over the same window, what bounds the rate: `backend_busy_pct` (the
+/// share of the time each sink backend was on a CPU; near 100, that serial connection is the limit) and
+/// `machine_idle_pct` (`/proc/stat`, all cores; near 0, the cores are). A figure is null when a backend went away (a
+/// reconnect). Registered by the lead under `fleet bench`.
 public struct BenchSink: Sendable {
     public init() {}
 
@@ -136,13 +138,14 @@ public struct BenchSink: Sendable {
         // CPU time per event, a steadier figure than events/s on a noisy machine: the sink's backends (its
         // connections to the bench database) and this process (the sink; the cluster runs in a child), from here on.
         let backends = try await clientBackendPIDs(except: connection, logger: logger)
-        let cpuFrom = (backends: cpuSeconds(backends), sink: processCPUSeconds(pid: getpid()), count: processed.withLock { $0 })
+        let cpuFrom = (backends: cpuSeconds(backends), sink: processCPUSeconds(pid: getpid()), count: processed.withLock { $0 },
+                       machine: MachineCPU.sample(), at: clock.now)
         while processed.withLock({ $0 }) < events {
             try await Task.sleep(for: .milliseconds(2))
             if clock.now - started > .seconds(900) { task.cancel(); throw ValidationError("the sink did not finish within 900 s") }
         }
         let finished = clock.now
-        let cpuTo = (backends: cpuSeconds(backends), sink: processCPUSeconds(pid: getpid()))
+        let cpuTo = (backends: cpuSeconds(backends), sink: processCPUSeconds(pid: getpid()), machine: MachineCPU.sample())
         task.cancel()
         _ = try? await task.value
         _ = await sinkWriters.close(deadline: .seconds(5))
@@ -235,6 +238,13 @@ public struct BenchSink: Sendable {
         let sinkUs = cluster.isChild ? used(cpuFrom.sink, cpuTo.sink) : nil
         let copyBackendUs = copyBackendSeconds.map { $0 * 1e6 / Double(events) }
         let cpuRatio = copyBackendUs.flatMap { copy in backendUs.map { copy / max($0, 1e-9) } }
+        // Which resource bounds the rate: a backend busy all the time (each connection's work is serial), or the
+        // machine's cores (no idle share left).
+        let cpuWindow = seconds(finished - cpuFrom.at)
+        let backendBusy = cpuFrom.backends.flatMap { from in
+            cpuTo.backends.map { (($0 - from) / max(cpuWindow * Double(max(1, backends.count)), 1e-9) * 1000).rounded() / 10 }
+        }
+        let machineIdle = MachineCPU.idlePercent(from: cpuFrom.machine, to: cpuTo.machine)
         func json(_ value: Double?, _ format: String) -> String { value.map { String(format: format, $0) } ?? "null" }
         print(String(format: "sink: %.0f events/s over %.2f s (%d batches, p50 %.1f ms, p99 %.1f ms)",
                      eventsPerSecond, elapsed, sorted.count, p50, p99))
@@ -257,8 +267,9 @@ public struct BenchSink: Sendable {
         print("PostgreSQL's backend CPU per event: the sink's \(json(backendUs, "%.1f")) us (\(backends.count) backend(s)), "
               + "the COPY reference's \(json(copyBackendUs, "%.1f")) us: COPY/sink = \(json(cpuRatio, "%.3f")); "
               + "the sink's process \(json(sinkUs, "%.1f")) us per event")
+        print("while the sink ran: its backend(s) busy \(json(backendBusy, "%.1f")) % of the time each, the machine idle \(json(machineIdle, "%.1f")) %")
         print("targets: >= 12000 events/s \(eventsPerSecond >= 12_000 ? "met" : "NOT met"); >= 0.6 x COPY \(ratio >= 0.6 ? "met" : "NOT met"); p99 batch < 250 ms \(p99 < 250 ? "met" : "NOT met"); RSS < 200 MB \(rssMB < 200 ? "met" : "NOT met")")
-        print(String(format: #"{"events_per_s": %.0f, "p99_batch_ms": %.2f, "copy_rows_per_s": %.0f, "copy_events_per_s": %.0f, "sink_to_copy_ratio": %.3f, "copy_rows_per_event": %.2f, "events_table_copy_rows_per_s": %.0f, "binary_copy_events_per_s": %.0f, "sink_to_binary_copy_ratio": %.3f, "p50_batch_ms": %.2f, "events": %d, "batch_size": %d, "batch_target_ms": %d, "mean_batch_events": %.0f, "max_batch_events": %d, "writers": %d, "rss_mb": %.1f, "rss_before_sink_mb": %.1f, "cluster_in_child_process": \#(cluster.isChild), "cluster_rss_mb": %.1f, "database_locale": "\#(databaseLocale?.description ?? "C")", "backend_cpu_us_per_event": \#(json(backendUs, "%.1f")), "copy_backend_cpu_us_per_event": \#(json(copyBackendUs, "%.1f")), "backend_cpu_ratio": \#(json(cpuRatio, "%.3f")), "sink_process_cpu_us_per_event": \#(json(sinkUs, "%.1f"))}"#,
+        print(String(format: #"{"events_per_s": %.0f, "p99_batch_ms": %.2f, "copy_rows_per_s": %.0f, "copy_events_per_s": %.0f, "sink_to_copy_ratio": %.3f, "copy_rows_per_event": %.2f, "events_table_copy_rows_per_s": %.0f, "binary_copy_events_per_s": %.0f, "sink_to_binary_copy_ratio": %.3f, "p50_batch_ms": %.2f, "events": %d, "batch_size": %d, "batch_target_ms": %d, "mean_batch_events": %.0f, "max_batch_events": %d, "writers": %d, "rss_mb": %.1f, "rss_before_sink_mb": %.1f, "cluster_in_child_process": \#(cluster.isChild), "cluster_rss_mb": %.1f, "database_locale": "\#(databaseLocale?.description ?? "C")", "backend_cpu_us_per_event": \#(json(backendUs, "%.1f")), "copy_backend_cpu_us_per_event": \#(json(copyBackendUs, "%.1f")), "backend_cpu_ratio": \#(json(cpuRatio, "%.3f")), "sink_process_cpu_us_per_event": \#(json(sinkUs, "%.1f")), "backend_busy_pct": \#(json(backendBusy, "%.1f")), "machine_idle_pct": \#(json(machineIdle, "%.1f"))}"#,
                      eventsPerSecond, p99, copyRowsPerSecond, copyEventsPerSecond, ratio,
                      Double(copiedRows) / Double(events), eventsTableRowsPerSecond, binaryCopyEventsPerSecond,
                      eventsPerSecond / binaryCopyEventsPerSecond, p50, events, batchSize, batchTargetMs, meanBatch,

@@ -25,6 +25,10 @@ public struct PipelineBenchmark: Sendable {
         /// published -> verified by a worker (`received_at`), verified -> the sink's transaction began (`applied_at`),
         /// that transaction began -> its row seen by the 10 ms poller (batch write, commit, poll interval).
         public var stages_ms: [String: Double] = [:]
+        /// The machine's idle share during each phase (`/proc/stat`, all cores; nil where unreadable): near 0, the
+        /// phase measured what the machine can do, and the latency phase's queues grow with whatever arrives.
+        public var burst_idle_pct: Double?
+        public var latency_idle_pct: Double?
         /// The issue's targets, filled in by `fleet bench pipeline` (>= 4,000/s; p99 < 300 ms at 2,000/s).
         public var checks: [String: Bool] = [:]
     }
@@ -68,12 +72,14 @@ public struct PipelineBenchmark: Sendable {
             var gate = BacklogGate(bootstrapServers: cluster.bootstrapServers, group: DemoRunner.workerGroup, topic: FleetTopics.raw,
                                    partitions: options.partitions, perPartitionBudget: budget)
             let t0 = ContinuousClock.now
+            let burstCPU = MachineCPU.sample()
             for (i, n) in burstInputs.enumerated() {
                 try await gate.admit(published: i)
                 try producer.enqueue(OutgoingMessage(topic: FleetTopics.raw, key: Array(n.key.utf8), value: n.value)) { _ in }
             }
             try await waitForRows(db, table: "notifications", atLeast: burstInputs.count, timeout: .seconds(600))
             let burstSeconds = (ContinuousClock.now - t0).seconds
+            let burstIdle = MachineCPU.idlePercent(from: burstCPU, to: MachineCPU.sample())
             let eventsPerS = Double(burstInputs.count) / burstSeconds
             print("bench pipeline: burst of \(burstInputs.count) end to end in \(String(format: "%.2f", burstSeconds)) s = \(Int(eventsPerS))/s")
 
@@ -83,6 +89,7 @@ public struct PipelineBenchmark: Sendable {
             let probes = ProbeSet()
             let interval = 1.0 / Double(latencyRate)
             let start = ContinuousClock.now
+            let latencyCPU = MachineCPU.sample()
             let poller = Task { try await Self.pollProbes(db, probes: probes, logger: logger) }
             for (i, n) in steady.enumerated() {
                 let due = start + .milliseconds(Int(Double(i) * interval * 1000))
@@ -92,6 +99,7 @@ public struct PipelineBenchmark: Sendable {
                 try producer.enqueue(OutgoingMessage(topic: FleetTopics.raw, key: Array(n.key.utf8), value: n.value)) { _ in }
             }
             try await waitForRows(db, table: "notifications", atLeast: burstInputs.count + steady.count, timeout: .seconds(120))
+            let latencyIdle = MachineCPU.idlePercent(from: latencyCPU, to: MachineCPU.sample())
             try await Task.sleep(for: .milliseconds(200))
             poller.cancel()
             let latencies = probes.latencies().sorted()
@@ -107,7 +115,8 @@ public struct PipelineBenchmark: Sendable {
             return Result(
                 events_per_s: eventsPerS.rounded(), p50_ms: (pct(0.50) * 10).rounded() / 10, p99_ms: (pct(0.99) * 10).rounded() / 10,
                 verify_notifications_per_s_single_thread: verifyReference.rounded(), burst_notifications: burstInputs.count,
-                latency_rate_per_s: latencyRate, latency_samples: latencies.count, stages_ms: stages)
+                latency_rate_per_s: latencyRate, latency_samples: latencies.count, stages_ms: stages,
+                burst_idle_pct: burstIdle, latency_idle_pct: latencyIdle)
         } catch {
             await stack.stop()
             FileHandle.standardError.write(Data("bench pipeline: the processes' logs are kept in \(stack.directory)\n".utf8))

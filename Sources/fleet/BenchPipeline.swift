@@ -41,6 +41,8 @@ struct BenchPipeline: AsyncParsableCommand {
             "p99_target_met": result.p99_ms < 300 && result.latency_rate_per_s >= 2_000,
         ]
         print("end to end: \(Int(result.events_per_s)) notifications/s (target >= 4000); at \(result.latency_rate_per_s)/s: p50 \(result.p50_ms) ms, p99 \(result.p99_ms) ms (target p99 < 300 ms at 2,000/s); single-thread verify-only \(Int(result.verify_notifications_per_s_single_thread))/s")
+        func share(_ pct: Double?) -> String { pct.map { "\($0) %" } ?? "unknown" }
+        print("machine idle: \(share(result.burst_idle_pct)) in the burst, \(share(result.latency_idle_pct)) in the latency phase")
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
         print(String(decoding: try encoder.encode(result), as: UTF8.self))
