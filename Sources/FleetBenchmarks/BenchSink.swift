@@ -23,8 +23,10 @@ import Synchronization
 /// backend running the text COPY reference), `backend_cpu_ratio` (the second over the first: the share of the sink's
 /// backend work a plain COPY of its rows would need) and `sink_process_cpu_us_per_event` (this process, i.e. the sink,
 /// when the cluster runs in a child; else null). Over the same window, what bounds the rate: `backend_busy_pct` (the
-/// share of the time each sink backend was on a CPU; near 100, that serial connection is the limit) and
-/// `machine_idle_pct` (`/proc/stat`, all cores; near 0, the cores are). A figure is null when a backend went away (a
+/// share of the time each sink backend was on a CPU; near 100, that serial connection is the limit),
+/// `backend_runqueue_pct` (the share it was runnable but waiting for a CPU, `/proc/PID/schedstat`; the rest of its
+/// time it waited for the sink's next statement or rows) and `machine_idle_pct` (`/proc/stat`, all cores; near 0, the
+/// cores are the limit). A figure is null when a backend went away (a
 /// reconnect). Registered by the lead under `fleet bench`.
 public struct BenchSink: Sendable {
     public init() {}
@@ -139,13 +141,15 @@ public struct BenchSink: Sendable {
         // connections to the bench database) and this process (the sink; the cluster runs in a child), from here on.
         let backends = try await clientBackendPIDs(except: connection, logger: logger)
         let cpuFrom = (backends: cpuSeconds(backends), sink: processCPUSeconds(pid: getpid()), count: processed.withLock { $0 },
-                       machine: MachineCPU.sample(), at: clock.now)
+                       machine: MachineCPU.sample(), queued: cpuSeconds(backends) { processRunQueueSeconds(pid: $0) },
+                       at: clock.now)
         while processed.withLock({ $0 }) < events {
             try await Task.sleep(for: .milliseconds(2))
             if clock.now - started > .seconds(900) { task.cancel(); throw ValidationError("the sink did not finish within 900 s") }
         }
         let finished = clock.now
-        let cpuTo = (backends: cpuSeconds(backends), sink: processCPUSeconds(pid: getpid()), machine: MachineCPU.sample())
+        let cpuTo = (backends: cpuSeconds(backends), sink: processCPUSeconds(pid: getpid()), machine: MachineCPU.sample(),
+                     queued: cpuSeconds(backends) { processRunQueueSeconds(pid: $0) })
         task.cancel()
         _ = try? await task.value
         _ = await sinkWriters.close(deadline: .seconds(5))
@@ -241,9 +245,12 @@ public struct BenchSink: Sendable {
         // Which resource bounds the rate: a backend busy all the time (each connection's work is serial), or the
         // machine's cores (no idle share left).
         let cpuWindow = seconds(finished - cpuFrom.at)
-        let backendBusy = cpuFrom.backends.flatMap { from in
-            cpuTo.backends.map { (($0 - from) / max(cpuWindow * Double(max(1, backends.count)), 1e-9) * 1000).rounded() / 10 }
+        func share(_ from: Double?, _ to: Double?) -> Double? {
+            guard let from, let to else { return nil }
+            return ((to - from) / max(cpuWindow * Double(max(1, backends.count)), 1e-9) * 1000).rounded() / 10
         }
+        let backendBusy = share(cpuFrom.backends, cpuTo.backends)
+        let backendQueued = share(cpuFrom.queued, cpuTo.queued)
         let machineIdle = MachineCPU.idlePercent(from: cpuFrom.machine, to: cpuTo.machine)
         func json(_ value: Double?, _ format: String) -> String { value.map { String(format: format, $0) } ?? "null" }
         print(String(format: "sink: %.0f events/s over %.2f s (%d batches, p50 %.1f ms, p99 %.1f ms)",
@@ -267,9 +274,10 @@ public struct BenchSink: Sendable {
         print("PostgreSQL's backend CPU per event: the sink's \(json(backendUs, "%.1f")) us (\(backends.count) backend(s)), "
               + "the COPY reference's \(json(copyBackendUs, "%.1f")) us: COPY/sink = \(json(cpuRatio, "%.3f")); "
               + "the sink's process \(json(sinkUs, "%.1f")) us per event")
-        print("while the sink ran: its backend(s) busy \(json(backendBusy, "%.1f")) % of the time each, the machine idle \(json(machineIdle, "%.1f")) %")
+        print("while the sink ran: its backend(s) busy \(json(backendBusy, "%.1f")) % of the time each and waiting for a CPU "
+              + "\(json(backendQueued, "%.1f")) % (the rest: waiting for the sink), the machine idle \(json(machineIdle, "%.1f")) %")
         print("targets: >= 12000 events/s \(eventsPerSecond >= 12_000 ? "met" : "NOT met"); >= 0.6 x COPY \(ratio >= 0.6 ? "met" : "NOT met"); p99 batch < 250 ms \(p99 < 250 ? "met" : "NOT met"); RSS < 200 MB \(rssMB < 200 ? "met" : "NOT met")")
-        print(String(format: #"{"events_per_s": %.0f, "p99_batch_ms": %.2f, "copy_rows_per_s": %.0f, "copy_events_per_s": %.0f, "sink_to_copy_ratio": %.3f, "copy_rows_per_event": %.2f, "events_table_copy_rows_per_s": %.0f, "binary_copy_events_per_s": %.0f, "sink_to_binary_copy_ratio": %.3f, "p50_batch_ms": %.2f, "events": %d, "batch_size": %d, "batch_target_ms": %d, "mean_batch_events": %.0f, "max_batch_events": %d, "writers": %d, "rss_mb": %.1f, "rss_before_sink_mb": %.1f, "cluster_in_child_process": \#(cluster.isChild), "cluster_rss_mb": %.1f, "database_locale": "\#(databaseLocale?.description ?? "C")", "backend_cpu_us_per_event": \#(json(backendUs, "%.1f")), "copy_backend_cpu_us_per_event": \#(json(copyBackendUs, "%.1f")), "backend_cpu_ratio": \#(json(cpuRatio, "%.3f")), "sink_process_cpu_us_per_event": \#(json(sinkUs, "%.1f")), "backend_busy_pct": \#(json(backendBusy, "%.1f")), "machine_idle_pct": \#(json(machineIdle, "%.1f"))}"#,
+        print(String(format: #"{"events_per_s": %.0f, "p99_batch_ms": %.2f, "copy_rows_per_s": %.0f, "copy_events_per_s": %.0f, "sink_to_copy_ratio": %.3f, "copy_rows_per_event": %.2f, "events_table_copy_rows_per_s": %.0f, "binary_copy_events_per_s": %.0f, "sink_to_binary_copy_ratio": %.3f, "p50_batch_ms": %.2f, "events": %d, "batch_size": %d, "batch_target_ms": %d, "mean_batch_events": %.0f, "max_batch_events": %d, "writers": %d, "rss_mb": %.1f, "rss_before_sink_mb": %.1f, "cluster_in_child_process": \#(cluster.isChild), "cluster_rss_mb": %.1f, "database_locale": "\#(databaseLocale?.description ?? "C")", "backend_cpu_us_per_event": \#(json(backendUs, "%.1f")), "copy_backend_cpu_us_per_event": \#(json(copyBackendUs, "%.1f")), "backend_cpu_ratio": \#(json(cpuRatio, "%.3f")), "sink_process_cpu_us_per_event": \#(json(sinkUs, "%.1f")), "backend_busy_pct": \#(json(backendBusy, "%.1f")), "backend_runqueue_pct": \#(json(backendQueued, "%.1f")), "machine_idle_pct": \#(json(machineIdle, "%.1f"))}"#,
                      eventsPerSecond, p99, copyRowsPerSecond, copyEventsPerSecond, ratio,
                      Double(copiedRows) / Double(events), eventsTableRowsPerSecond, binaryCopyEventsPerSecond,
                      eventsPerSecond / binaryCopyEventsPerSecond, p50, events, batchSize, batchTargetMs, meanBatch,
@@ -286,12 +294,13 @@ public struct BenchSink: Sendable {
         return try rows.map { try $0.decode(Int32.self) }
     }
 
-    /// The CPU seconds of `pids` together; nil when one is gone (a reconnect: then no figure rather than a wrong one).
-    private func cpuSeconds(_ pids: [Int32]) -> Double? {
+    /// The CPU seconds of `pids` together (or what else `read` gives per process); nil when one is gone (a
+    /// reconnect: then no figure rather than a wrong one).
+    private func cpuSeconds(_ pids: [Int32], _ read: (Int32) -> Double? = { processCPUSeconds(pid: $0) }) -> Double? {
         guard !pids.isEmpty else { return nil }
         var total = 0.0
         for pid in pids {
-            guard let seconds = processCPUSeconds(pid: pid) else { return nil }
+            guard let seconds = read(pid) else { return nil }
             total += seconds
         }
         return total

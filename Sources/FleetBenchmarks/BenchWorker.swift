@@ -145,6 +145,16 @@ enum ProcessMemory {
     }
 }
 
+/// The time a single-threaded process (a PostgreSQL backend) has spent runnable but waiting for a CPU so far
+/// (/proc/PID/schedstat, its second field, in ns), in seconds; nil when unreadable (the process is gone, or the kernel
+/// keeps no scheduler statistics).
+func processRunQueueSeconds(pid: Int32) -> Double? {
+    guard let text = try? String(contentsOfFile: "/proc/\(pid)/schedstat", encoding: .utf8) else { return nil }
+    let fields = text.split(whereSeparator: { $0 == " " || $0 == "\n" })
+    guard fields.count >= 2, let waited = UInt64(fields[1]) else { return nil }
+    return Double(waited) / 1e9
+}
+
 /// The CPU time a process has used so far (user + system, /proc/PID/stat), in seconds; nil when unreadable (the
 /// process is gone). Resolution: one clock tick (10 ms).
 func processCPUSeconds(pid: Int32) -> Double? {

@@ -30,4 +30,11 @@ import Testing
         #expect(second.total >= first.total, "\(x)")
         if let share = MachineCPU.idlePercent(from: first, to: second) { #expect((0...100).contains(share)) }
     }
+
+    @Test func aProcessRunQueueWaitIsReadWhereTheKernelKeepsIt() {
+        guard FileManager.default.fileExists(atPath: "/proc/self/schedstat") else { return }
+        let waited = processRunQueueSeconds(pid: getpid())
+        #expect(waited != nil && waited! >= 0)
+        #expect(processRunQueueSeconds(pid: Int32.max) == nil, "no such process")
+    }
 }
