@@ -26,8 +26,8 @@ import Synchronization
 /// share of the time each sink backend was on a CPU; near 100, that serial connection is the limit),
 /// `backend_runqueue_pct` (the share it was runnable but waiting for a CPU, `/proc/PID/schedstat`; the rest of its
 /// time it waited for the sink's next statement or rows) and `machine_idle_pct` (`/proc/stat`, all cores; near 0, the
-/// cores are the limit). A figure is null when a backend went away (a
-/// reconnect). Registered by the lead under `fleet bench`.
+/// cores are the limit). A figure is null when a backend went away (a reconnect). Registered by the lead under
+/// `fleet bench`.
 public struct BenchSink: Sendable {
     public init() {}
 
