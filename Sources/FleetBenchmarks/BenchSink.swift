@@ -140,16 +140,16 @@ public struct BenchSink: Sendable {
         // CPU time per event, a steadier figure than events/s on a noisy machine: the sink's backends (its
         // connections to the bench database) and this process (the sink; the cluster runs in a child), from here on.
         let backends = try await clientBackendPIDs(except: connection, logger: logger)
-        let cpuFrom = (backends: cpuSeconds(backends), sink: processCPUSeconds(pid: getpid()), count: processed.withLock { $0 },
-                       machine: MachineCPU.sample(), queued: cpuSeconds(backends) { processRunQueueSeconds(pid: $0) },
-                       at: clock.now)
+        let cpuFrom = (backends: summed(backends, processCPUSeconds(pid:)), sink: processCPUSeconds(pid: getpid()),
+                       count: processed.withLock { $0 }, machine: MachineCPU.sample(),
+                       queued: summed(backends, processRunQueueSeconds(pid:)), at: clock.now)
         while processed.withLock({ $0 }) < events {
             try await Task.sleep(for: .milliseconds(2))
             if clock.now - started > .seconds(900) { task.cancel(); throw ValidationError("the sink did not finish within 900 s") }
         }
         let finished = clock.now
-        let cpuTo = (backends: cpuSeconds(backends), sink: processCPUSeconds(pid: getpid()), machine: MachineCPU.sample(),
-                     queued: cpuSeconds(backends) { processRunQueueSeconds(pid: $0) })
+        let cpuTo = (backends: summed(backends, processCPUSeconds(pid:)), sink: processCPUSeconds(pid: getpid()),
+                     machine: MachineCPU.sample(), queued: summed(backends, processRunQueueSeconds(pid:)))
         task.cancel()
         _ = try? await task.value
         _ = await sinkWriters.close(deadline: .seconds(5))
@@ -294,9 +294,9 @@ public struct BenchSink: Sendable {
         return try rows.map { try $0.decode(Int32.self) }
     }
 
-    /// The CPU seconds of `pids` together (or what else `read` gives per process); nil when one is gone (a
-    /// reconnect: then no figure rather than a wrong one).
-    private func cpuSeconds(_ pids: [Int32], _ read: (Int32) -> Double? = { processCPUSeconds(pid: $0) }) -> Double? {
+    /// `read` (CPU seconds, run-queue seconds) of `pids` together; nil when one is gone (a reconnect: then no figure
+    /// rather than a wrong one).
+    private func summed(_ pids: [Int32], _ read: (Int32) -> Double?) -> Double? {
         guard !pids.isEmpty else { return nil }
         var total = 0.0
         for pid in pids {
