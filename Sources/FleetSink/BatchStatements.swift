@@ -60,11 +60,22 @@ extension BatchPlan {
     static func notificationsCopy(_ events: [EntitlementEvent], texts: [String: EventTexts]) -> CopyRows? {
         let (picked, received) = pickNotifications(events)
         guard !picked.isEmpty else { return nil }
-        var t = CopyBinary(columns: notificationCopyColumns.count, capacity: picked.count * 4096)
+        var size = CopySize()
+        guard notificationRows(picked, received, events, texts, into: &size) else { return nil }
+        var t = CopyBinary(columns: notificationCopyColumns.count, sized: size)
+        _ = notificationRows(picked, received, events, texts, into: &t)
+        return CopyRows(table: "notifications", columns: notificationCopyColumns, rows: t)
+    }
+
+    /// Writes the rows of `notificationsCopy`; false for a date outside `CopyBinary.isWritable`.
+    private static func notificationRows<W: CopyFields>(
+        _ picked: [(Int, EventNotification)], _ received: [String: Int64], _ events: [EntitlementEvent],
+        _ texts: [String: EventTexts], into t: inout W
+    ) -> Bool {
         for (i, n) in picked {
             let e = events[i]
             let ra = received[n.uuid] ?? e.verifiedAt
-            guard CopyBinary.isWritable(n.signedDate), CopyBinary.isWritable(ra) else { return nil }
+            guard CopyBinary.isWritable(n.signedDate), CopyBinary.isWritable(ra) else { return false }
             t.text(n.uuid); t.text(e.environment); t.text(n.type); t.text(n.subtype); t.text(n.version)
             t.text(e.bundleId); t.int64(e.appAppleId); t.text(e.originalTransactionId); t.text(e.transactionId)
             t.timestamp(n.signedDate); t.int64(n.signedDate)
@@ -72,7 +83,7 @@ extension BatchPlan {
             t.text(e.source.topic); t.int32(e.source.partition); t.int64(e.source.offset); t.timestamp(ra)
             t.endRow()
         }
-        return CopyRows(table: "notifications", columns: notificationCopyColumns, rows: t)
+        return true
     }
 
     /// The columns the COPY of notifications fills: all but `applied_at`, which PostgreSQL fills with `now()`.
@@ -309,12 +320,20 @@ extension BatchPlan {
     /// Every transaction version of a batch whose rows are all assumed new, for a binary COPY; nil when a date is
     /// outside `CopyBinary.isWritable` (then `transactionsQuery` writes them).
     static func transactionVersionsCopy(_ all: TransactionVersions) -> CopyRows? {
-        var t = CopyBinary(columns: transactionColumns.count, capacity: all.versions.count * 2048)
+        var size = CopySize()
+        guard versionRows(all, into: &size) else { return nil }
+        var t = CopyBinary(columns: transactionColumns.count, sized: size)
+        _ = versionRows(all, into: &t)
+        return CopyRows(table: "transaction_versions", columns: transactionColumns, rows: t)
+    }
+
+    /// Writes the rows of `transactionVersionsCopy`; false for a date outside `CopyBinary.isWritable`.
+    private static func versionRows<W: CopyFields>(_ all: TransactionVersions, into t: inout W) -> Bool {
         for v in all.versions {
             let c = v.columns
             guard CopyBinary.isWritable(v.signedDate), CopyBinary.isWritable(c.purchaseDate),
                   CopyBinary.isWritable(c.originalPurchaseDate), CopyBinary.isWritable(c.expiresDate),
-                  CopyBinary.isWritable(c.revocationDate) else { return nil }
+                  CopyBinary.isWritable(c.revocationDate) else { return false }
             t.text(v.environment); t.text(v.transactionId); t.int64(v.signedDate); t.timestamp(v.signedDate)
             t.text(c.originalTransactionId); t.text(c.webOrderLineItemId); t.text(c.bundleId); t.text(c.productId)
             t.text(c.type); t.text(c.appAccountToken); t.text(c.inAppOwnershipType)
@@ -325,7 +344,7 @@ extension BatchPlan {
             t.jsonb(v.payload); t.text(v.eventId)
             t.endRow()
         }
-        return CopyRows(table: "transaction_versions", columns: transactionColumns, rows: t)
+        return true
     }
 
     /// The statuses (bound last, `statuses[i]` being the status of `events[i]`) are known only inside the
@@ -391,13 +410,25 @@ extension BatchPlan {
     /// after the fold) to be appended. nil when a date is outside `CopyBinary.isWritable` (then `eventsStatement`).
     static func eventsCopy(_ events: [EntitlementEvent], texts: [String: EventTexts]) -> CopyRows? {
         guard !events.isEmpty else { return nil }
-        var t = CopyBinary(columns: eventColumns.count, capacity: events.count * 1024)
+        var size = CopySize()
         var ends: [Int] = []
+        guard eventRows(events, texts, ends: &ends, into: &size) else { return nil }
+        var t = CopyBinary(columns: eventColumns.count, sized: size)
+        ends.removeAll(keepingCapacity: true)
+        _ = eventRows(events, texts, ends: &ends, into: &t)
+        return CopyRows(table: "entitlement_events", columns: eventColumns, rows: t, rowEnds: ends)
+    }
+
+    /// Writes the rows of `eventsCopy` but their status, and where each ends; false for a date outside
+    /// `CopyBinary.isWritable`.
+    private static func eventRows<W: CopyFields>(
+        _ events: [EntitlementEvent], _ texts: [String: EventTexts], ends: inout [Int], into t: inout W
+    ) -> Bool {
         ends.reserveCapacity(events.count)
         for e in events {
             guard CopyBinary.isWritable(e.validFrom), CopyBinary.isWritable(e.validUntil),
                   CopyBinary.isWritable(e.revocationDate), CopyBinary.isWritable(e.signedDate),
-                  CopyBinary.isWritable(e.verifiedAt) else { return nil }
+                  CopyBinary.isWritable(e.verifiedAt) else { return false }
             let x = texts[e.eventId]
             t.text(e.eventId); t.text(e.environment); t.text(e.kind); t.text(e.effect.rawValue); t.text(e.reason)
             t.text(e.subject); t.text(e.entitlementColumn); t.text(e.productId)
@@ -412,9 +443,9 @@ extension BatchPlan {
             t.text(e.source.topic); t.int32(e.source.partition); t.int64(e.source.offset); t.text(e.source.inputKind)
             t.jsonb(x?.renewalInfo); t.jsonb(x?.appTransaction); t.jsonb(x?.details)
             t.endRow(pending: 1)
-            ends.append(t.bytes.count)
+            ends.append(t.byteCount)
         }
-        return CopyRows(table: "entitlement_events", columns: eventColumns, rows: t, rowEnds: ends)
+        return true
     }
 
     /// The entitlement_events columns both writes fill, in their order; the status (known after the fold) last.
