@@ -54,15 +54,16 @@ public struct BenchSink: Sendable {
         logger.logLevel = .warning
         let postgres = try await ThrowawayPostgres(database: "bench", databaseLocale: databaseLocale)
         defer { postgres.destroy() }
-        var stream = BenchStream.make(count: events)
         // The records exactly as workers write them (`VerifierWorker`: `jsonBytes()`, every embedded document's
         // members in jsonb's order). Encoded with JSONEncoder instead, the documents came in the order of Swift's
         // dictionaries, and PostgreSQL sorted the members of every one (`qsort_arg` under `jsonb_recv`, ~5.6 % of
-        // the backend in a `perf` profile of the sink's window): a cost the pipeline never pays.
-        var values = stream.map { $0.jsonBytes() }
+        // the backend in a `perf` profile of the sink's window): a cost the pipeline never pays. Made, sized and
+        // produced a chunk at a time (`BenchStream.chunks`): made all at once (~470 MB of small objects), what was
+        // left of them in the heap after they were freed put 42-74 MB under the sink's peak RSS, varying by run.
         // The mock cluster keeps ~5 MB per partition and deletes older data even if unread: spread the events over
         // enough partitions that every one stays retained (half the retention each, room for hash skew).
-        let bytes = values.reduce(0) { $0 + $1.count }
+        var bytes = 0
+        for chunk in BenchStream.chunks(count: events) { bytes += chunk.reduce(0) { $0 + $1.jsonBytes().count } }
         let partitions = self.partitions ?? max(4, Int((Double(bytes) / (0.5 * Double(BacklogGate.mockPartitionBytes))).rounded(.up)))
         let topic = "bench.entitlements.verified"
         let cluster = try BenchCluster(executable: executable, topics: [topic: partitions, "bench.sink-rejected": 1])
@@ -77,29 +78,28 @@ public struct BenchSink: Sendable {
         let producer = try KafkaProducer(configuration: kafka)
         var produced = 0
         let failures = Mutex(0)
-        for event in stream {
-            // Partitioned by subject so that a subject's events stay in order, as the workers key them.
-            let key = event.originalTransactionId ?? event.eventId
-            let partition = Int32(truncatingIfNeeded: UInt32(truncatingIfNeeded: key.utf8.reduce(5381) { ($0 &* 33) &+ Int($1) }) % UInt32(partitions))
-            try producer.enqueue(OutgoingMessage(
-                topic: topic, key: Array(key.utf8), value: values[produced],
-                headers: FleetHeaders.result(event, KafkaHeader.init(key:string:)),
-                partition: partition)) { result in
-                if case .failure = result { failures.withLock { $0 += 1 } }
+        for chunk in BenchStream.chunks(count: events) {
+            for event in chunk {
+                // Partitioned by subject so that a subject's events stay in order, as the workers key them.
+                let key = event.originalTransactionId ?? event.eventId
+                let partition = Int32(truncatingIfNeeded: UInt32(truncatingIfNeeded: key.utf8.reduce(5381) { ($0 &* 33) &+ Int($1) }) % UInt32(partitions))
+                try producer.enqueue(OutgoingMessage(
+                    topic: topic, key: Array(key.utf8), value: event.jsonBytes(),
+                    headers: FleetHeaders.result(event, KafkaHeader.init(key:string:)),
+                    partition: partition)) { result in
+                    if case .failure = result { failures.withLock { $0 += 1 } }
+                }
+                produced += 1
             }
-            produced += 1
+            guard await producer.flush(deadline: .seconds(120)) else { throw ValidationError("producing the bench events timed out") }
         }
-        guard await producer.flush(deadline: .seconds(120)) else { throw ValidationError("producing the bench events timed out") }
         guard failures.withLock({ $0 }) == 0 else { throw ValidationError("\(failures.withLock { $0 }) bench events failed to produce") }
         let retained = try await KafkaAdmin(configuration: kafka).consumerLag(groupId: "bench-sink", topics: [topic]).totalLag
         guard retained == Int64(events) else {
             throw ValidationError("the embedded cluster retained \(retained) of \(events) events; use more --partitions")
         }
         print("produced \(produced) events (\(bytes / max(1, events)) bytes each on average) over \(partitions) partitions")
-        // The produced events are no longer needed: free them, then restart the peak-RSS count, so that the peak
-        // printed is the process's during the sink's run (the sink, plus the embedded cluster holding the topic).
-        stream = []
-        values = []
+        // Restart the peak-RSS count, so that the peak printed is the process's during the sink's run.
         let rssBeforeSink = ProcessMemory.resetPeak()
 
         // Migrate, then run the sink until every event is processed.
@@ -356,12 +356,21 @@ public struct BenchSink: Sendable {
 /// A realistic mix: per subscriber a purchase, two renewals, a renewal-state change and either a refund or a
 /// consumable purchase; every event carries its decoded transaction and a notification.
 enum BenchStream {
-    static func make(count: Int) -> [EntitlementEvent] {
+    /// The events of `make(count:)` in consecutive chunks of at most `size` (a multiple of the 5 events each
+    /// subscription makes), each made when the iteration reaches it.
+    static func chunks(count: Int, size: Int = 5_000) -> some Sequence<[EntitlementEvent]> {
+        precondition(size > 0 && size % 5 == 0, "a chunk holds whole subscriptions")
+        return stride(from: 0, to: count, by: size).lazy.map { make(count: min(size, count - $0), from: $0) }
+    }
+
+    /// `count` events of the stream, from its event `first` (a multiple of 5: a subscription's first event).
+    static func make(count: Int, from first: Int = 0) -> [EntitlementEvent] {
+        precondition(first % 5 == 0, "the stream is made a subscription (5 events) at a time")
         var out: [EntitlementEvent] = []
         out.reserveCapacity(count)
         let base: Int64 = 1_760_000_000_000
         let day: Int64 = 86_400_000
-        var s = 0
+        var s = first / 5
         while out.count < count {
             let otx = "2000000\(100_000 + s)"
             let t0 = base + Int64(s) * 37
@@ -401,7 +410,7 @@ enum BenchStream {
                     validUntil: consumable ? nil : signed + 30 * day, revocationDate: effect == .revoke ? signed : nil,
                     notification: EventNotification(uuid: "n-\(s)-\(i)", type: type, subtype: nil, signedDate: signed, version: "2.0"),
                     signedDate: signed, verifiedAt: signed + 500,
-                    source: EventSource(topic: FleetTopics.raw, partition: Int32(s % 4), offset: Int64(out.count), kind: .notification),
+                    source: EventSource(topic: FleetTopics.raw, partition: Int32(s % 4), offset: Int64(first + out.count), kind: .notification),
                     units: consumable ? 100 : nil, entitlement: consumable ? nil : "premium",
                     transaction: .object(transaction)))
             }
