@@ -62,7 +62,7 @@ extension BatchPlan {
         guard !picked.isEmpty else { return nil }
         var size = CopySize()
         guard notificationRows(picked, received, events, texts, into: &size) else { return nil }
-        var t = CopyBinary(columns: notificationCopyColumns.count, sized: size)
+        var t = CopyBinary(columns: notificationCopyColumns.count, capacity: size.byteCount)
         _ = notificationRows(picked, received, events, texts, into: &t)
         return CopyRows(table: "notifications", columns: notificationCopyColumns, rows: t)
     }
@@ -322,7 +322,7 @@ extension BatchPlan {
     static func transactionVersionsCopy(_ all: TransactionVersions) -> CopyRows? {
         var size = CopySize()
         guard versionRows(all, into: &size) else { return nil }
-        var t = CopyBinary(columns: transactionColumns.count, sized: size)
+        var t = CopyBinary(columns: transactionColumns.count, capacity: size.byteCount)
         _ = versionRows(all, into: &t)
         return CopyRows(table: "transaction_versions", columns: transactionColumns, rows: t)
     }
@@ -413,7 +413,7 @@ extension BatchPlan {
         var size = CopySize()
         var ends: [Int] = []
         guard eventRows(events, texts, ends: &ends, into: &size) else { return nil }
-        var t = CopyBinary(columns: eventColumns.count, sized: size)
+        var t = CopyBinary(columns: eventColumns.count, capacity: size.byteCount)
         ends.removeAll(keepingCapacity: true)
         _ = eventRows(events, texts, ends: &ends, into: &t)
         return CopyRows(table: "entitlement_events", columns: eventColumns, rows: t, rowEnds: ends)

@@ -120,14 +120,6 @@ struct CopyBinary: CopyFields {
     }
 
     var byteCount: Int { bytes.count }
-
-    /// An empty buffer of exactly the size `size` counted. A batch's rows once took a guessed 4 KB, 2 KB and 1 KB
-    /// per notification, version and event where they use ~0.8, ~0.7 and ~0.4 KB (`fleet bench sink`): ~5 KB of
-    /// every event's memory was reserved and never written, in each of the batches the sink holds at once. The rows
-    /// are written twice, first into a `CopySize`, by one generic function per table.
-    init(columns: Int, sized size: CopySize) {
-        self.init(columns: columns, capacity: size.byteCount)
-    }
 }
 
 /// The fields of COPY rows, one call per field in the table's column order: `CopyBinary` writes them, `CopySize`
@@ -149,7 +141,11 @@ extension CopyFields {
     mutating func endRow() { endRow(pending: 0) }
 }
 
-/// Counts what `CopyBinary` would write for the same calls, writing nothing.
+/// Counts what `CopyBinary` would write for the same calls, writing nothing: a batch's rows are written twice, by one
+/// generic function per table, first into a `CopySize` and then into a `CopyBinary` of exactly that capacity. A
+/// batch's rows once took a guessed 4 KB, 2 KB and 1 KB per notification, version and event where they use ~0.8,
+/// ~0.7 and ~0.4 KB (`fleet bench sink`): ~5 KB of every event's memory was reserved and never written, in each of
+/// the batches the sink holds at once.
 struct CopySize: CopyFields {
     private(set) var byteCount = 0
     private var inRow = false
