@@ -35,14 +35,16 @@ public struct IngestConfiguration: Sendable {
     public var shutdownDeadline: Duration
     /// Threads verifying `/v1/transactions` (default: one per core).
     public var verifierThreads: Int = System.coreCount
-    /// Event-loop threads of the HTTP server (default: half the cores, at least one). The loops only read requests
-    /// and write answers; verification has its own pool, and the producer and the request handlers need cores too.
-    /// On 2 cores, one loop instead of two: `fleet bench ingest`, 7 alternated pairs, `/v1/transactions`
-    /// 10,225-11,823/s (mean 11,252) against 9,695-11,178/s (mean 10,245); notifications/s unchanged.
+    /// Event-loop threads of the HTTP server (default: one per core). Each connection's requests are handled on
+    /// its own loop (`LoopBoundHTTP1Channel`): reading, routing, parsing, the Kafka hand-off and the answer;
+    /// verification has its own pool. On 2 cores, two loops handling the requests instead of one loop handing them to
+    /// the cooperative pool: `fleet bench ingest --seconds 5`, 9 alternated pairs, `/v1/transactions` 6,687-9,227/s
+    /// (mean 7,334) against 5,908-7,774/s (mean 6,752), notifications 11,495-15,295/s against 9,634-12,420/s. One
+    /// loop handling the requests was slower (4 pairs: 5,804-6,601/s against 6,577-7,363/s).
     public var eventLoopThreads: Int = IngestConfiguration.defaultEventLoopThreads
 
-    /// Half the cores (`System.coreCount` follows the container's CPU quota), at least one.
-    public static var defaultEventLoopThreads: Int { max(1, System.coreCount / 2) }
+    /// One per core (`System.coreCount` follows the container's CPU quota).
+    public static var defaultEventLoopThreads: Int { max(1, System.coreCount) }
 
     public init(
         kafka: KafkaConfiguration, topic: String = FleetTopics.raw, host: String = "0.0.0.0", port: Int = 8080,

@@ -65,7 +65,8 @@ public final class IngestService: Service, Sendable {
         let loops = MultiThreadedEventLoopGroup(numberOfThreads: configuration.eventLoopThreads)
         let app = Application(
             router: router,
-            server: .http1(configuration: .init(idleTimeout: .nanoseconds(idle.nanoseconds))),
+            // Each connection's requests are handled on its own event loop, not on the cooperative pool.
+            server: .loopBoundHTTP1(configuration: .init(idleTimeout: .nanoseconds(idle.nanoseconds))),
             // A deep accept backlog: bursts of new connections (Apple, many apps at once) wait instead of being refused.
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "fleet-ingest",
                                  backlog: max(256, configuration.maxInFlight)),

@@ -249,16 +249,3 @@ public final class GuardedConnection: Sendable {
         var description: String { "internal: the COPY is not running on its connection's event loop" }
     }
 }
-
-/// A task executor that runs jobs on one NIO event loop.
-final class EventLoopTaskExecutor: TaskExecutor, Sendable {
-    private let loop: any EventLoop
-
-    init(_ loop: any EventLoop) { self.loop = loop }
-
-    func enqueue(_ job: consuming ExecutorJob) {
-        let job = UnownedJob(job)
-        let executor = asUnownedTaskExecutor()
-        loop.execute { job.runSynchronously(on: executor) }
-    }
-}

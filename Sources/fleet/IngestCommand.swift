@@ -55,7 +55,7 @@ struct Ingest: AsyncParsableCommand {
     @Option(help: "Threads verifying /v1/transactions (default: one per core).")
     var verifierThreads: Int?
 
-    @Option(help: "Event-loop threads of the HTTP server (default: half the cores, at least 1).")
+    @Option(help: "Event-loop threads of the HTTP server, each handling its connections' requests (default: one per core).")
     var eventLoopThreads: Int?
 
     @Option(help: "Milliseconds a request may wait for its delivery report before 503 (default 5000).")

@@ -126,9 +126,9 @@ struct IngestRequestTests {
             }
         }
         c = IngestConfiguration(kafka: KafkaConfiguration(bootstrapServers: "x:1"))
-        // Half the verifier threads (one per core), at least one.
+        // One loop per core, as many as the verifier threads.
         #expect(c.eventLoopThreads == IngestConfiguration.defaultEventLoopThreads)
-        #expect(c.eventLoopThreads == max(1, c.verifierThreads / 2))
+        #expect(c.eventLoopThreads == c.verifierThreads)
         c.apiToken = Array("short-secret".utf8)
         do { try c.validate(); Issue.record("a short token was accepted") } catch {
             #expect(!"\(error)".contains("short-secret"))
