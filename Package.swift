@@ -328,6 +328,8 @@ let package = Package(
             "FleetOperations", "FleetDevStack", "FleetTestSupport",
             "AppStoreVerification", "EntitlementDomain", .product(name: "Logging", package: "swift-log"),
             .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            .product(name: "Hummingbird", package: "hummingbird"), .product(name: "HummingbirdCore", package: "hummingbird"),
+            .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOPosix", package: "swift-nio"),
         ]),
         .testTarget(name: "FleetDashboardTests", dependencies: [
             "FleetDashboard", "FleetKafka", "FleetOperations", "EntitlementDomain", "AppStoreVerification", "FleetDevStack",
