@@ -411,20 +411,20 @@ extension BatchPlan {
     static func eventsCopy(_ events: [EntitlementEvent], texts: [String: EventTexts]) -> CopyRows? {
         guard !events.isEmpty else { return nil }
         var size = CopySize()
-        var ends: [Int] = []
-        guard eventRows(events, texts, ends: &ends, into: &size) else { return nil }
+        var noEnds: [Int]? = nil
+        guard eventRows(events, texts, ends: &noEnds, into: &size) else { return nil }
         var t = CopyBinary(columns: eventColumns.count, capacity: size.byteCount)
-        ends.removeAll(keepingCapacity: true)
+        var ends: [Int]? = []
         _ = eventRows(events, texts, ends: &ends, into: &t)
-        return CopyRows(table: "entitlement_events", columns: eventColumns, rows: t, rowEnds: ends)
+        return CopyRows(table: "entitlement_events", columns: eventColumns, rows: t, rowEnds: ends ?? [])
     }
 
-    /// Writes the rows of `eventsCopy` but their status, and where each ends; false for a date outside
-    /// `CopyBinary.isWritable`.
+    /// Writes the rows of `eventsCopy` but their status, and where each ends (when `ends` is not nil: the sizing
+    /// pass needs no ends); false for a date outside `CopyBinary.isWritable`.
     private static func eventRows<W: CopyFields>(
-        _ events: [EntitlementEvent], _ texts: [String: EventTexts], ends: inout [Int], into t: inout W
+        _ events: [EntitlementEvent], _ texts: [String: EventTexts], ends: inout [Int]?, into t: inout W
     ) -> Bool {
-        ends.reserveCapacity(events.count)
+        ends?.reserveCapacity(events.count)
         for e in events {
             guard CopyBinary.isWritable(e.validFrom), CopyBinary.isWritable(e.validUntil),
                   CopyBinary.isWritable(e.revocationDate), CopyBinary.isWritable(e.signedDate),
@@ -443,7 +443,7 @@ extension BatchPlan {
             t.text(e.source.topic); t.int32(e.source.partition); t.int64(e.source.offset); t.text(e.source.inputKind)
             t.jsonb(x?.renewalInfo); t.jsonb(x?.appTransaction); t.jsonb(x?.details)
             t.endRow(pending: 1)
-            ends.append(t.byteCount)
+            ends?.append(t.byteCount)
         }
         return true
     }
