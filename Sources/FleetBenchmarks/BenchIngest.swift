@@ -63,15 +63,31 @@ public struct BenchIngest: Sendable {
         let notes = try await load.run(path: "/apple/notifications", bodies: notifications)
         let halfRate = max(1, notes.perSecond / 2)
         let paced = try await load.paced(path: "/apple/notifications", bodies: notifications, ratePerSecond: halfRate)
+        // The reference, single-thread verify, is measured right before and right after the phase (1.5 s each, the
+        // same chain cache) and averaged, so that a change of the shared machine's speed during the run moves both.
+        let workload = try VerifyBenchmark.Workload(), referenceCache = ChainCache()
+        let verifyBefore = VerifyBenchmark.transactionsPerSecond(workload: workload, seconds: 1.5, threads: 1, cache: referenceCache)
+        let txMachine = MachineCPU.sample(), txProcess = Self.processCPUSeconds()
         let tx = try await load.run(path: "/v1/transactions", bodies: transactions)
-        let verify = VerifyBenchmark.run(workload: try VerifyBenchmark.Workload(), seconds: 3, threads: 1, cache: ChainCache())
+        let txMachineEnd = MachineCPU.sample(), txProcessEnd = Self.processCPUSeconds()
+        let verifyAfter = VerifyBenchmark.transactionsPerSecond(workload: workload, seconds: 1.5, threads: 1, cache: referenceCache)
+        let reference = (verifyBefore + verifyAfter) / 2
 
         await group.triggerGracefulShutdown()
         _ = try? await server.value
         cluster.shutdown()
 
         func r(_ x: Double, _ places: Double = 10) -> Double { (x * places).rounded() / places }
-        let txRatio = tx.perSecond / max(1, verify.transactions_per_s)
+        let txRatio = tx.perSecond / max(1, reference)
+        // CPU per acknowledged transaction in that phase: the whole machine's (server, mock cluster, wrk, kernel), and
+        // this process's alone (the server with its verifier pool and producer, and the in-process mock cluster).
+        // Throughput on a saturated machine is 1 / the first; the second is the lower-noise figure to compare builds.
+        let txRequests = max(1, tx.perSecond * Double(seconds))
+        var txMachineBusy = 0.0
+        if let a = txMachine, let b = txMachineEnd {
+            let ticks = Double((b.total - a.total) - (b.idle - a.idle))
+            txMachineBusy = ticks / Double(sysconf(Int32(_SC_CLK_TCK)))
+        }
         let out: [String: Any] = [
             "bench": "ingest", "client": wrk == nil ? "threads" : "wrk", "connections": connections, "seconds": seconds,
             "cores": ProcessInfo.processInfo.activeProcessorCount,
@@ -84,7 +100,11 @@ public struct BenchIngest: Sendable {
             "paced_rate_per_s": r(paced.perSecond), "paced_p50_ms": r(paced.p50, 100), "paced_p99_ms": r(paced.p99, 100),
             "paced_non_200": paced.failures,
             "transactions_per_s": r(tx.perSecond), "transactions_p99_ms": r(tx.p99, 100), "transactions_non_200": tx.failures,
-            "single_thread_verify_transactions_per_s": r(verify.transactions_per_s),
+            "transactions_machine_cpu_us_per_request": r(txMachineBusy / txRequests * 1e6),
+            "transactions_process_cpu_us_per_request": r((txProcessEnd - txProcess) / txRequests * 1e6),
+            "transactions_machine_idle_percent": MachineCPU.idlePercent(from: txMachine, to: txMachineEnd) ?? -1,
+            "single_thread_verify_transactions_per_s": r(reference),
+            "single_thread_verify_before_after": [r(verifyBefore), r(verifyAfter)],
             "transactions_vs_single_thread_verify": r(txRatio, 1000),
             "checks": [
                 "notifications_target_met": notes.perSecond >= 5000 && notes.failures == 0,
@@ -94,6 +114,14 @@ public struct BenchIngest: Sendable {
         ]
         let data = try JSONSerialization.data(withJSONObject: out, options: [.sortedKeys])
         print(String(decoding: data, as: UTF8.self))
+    }
+
+    /// This process's user + system CPU seconds so far.
+    static func processCPUSeconds() -> Double {
+        var usage = rusage()
+        getrusage(RUSAGE_SELF.rawValue, &usage)
+        func s(_ t: timeval) -> Double { Double(t.tv_sec) + Double(t.tv_usec) / 1e6 }
+        return s(usage.ru_utime) + s(usage.ru_stime)
     }
 
     static func loadAverage() -> Double {

@@ -113,6 +113,17 @@ public enum VerifyBenchmark {
             notifications_vs_raw_own_inputs: rawNotes.rate > 0 ? round3(notes.rate / rawNotes.rate) : 0)
     }
 
+    /// Transactions per second verified by `threads` threads (a warm chain cache), nothing else measured.
+    public static func transactionsPerSecond(workload w: Workload, seconds: Double, threads: Int, cache: ChainCache) -> Double {
+        let verifier = SignedDataVerifier(policy: w.policy, chainCache: cache)
+        _ = try? verifier.verify(w.transactions[0])
+        var tx = Tally()
+        tx.add(measure(seconds: seconds, threads: max(1, threads)) { i in
+            (try? verifier.verify(w.transactions[i % w.transactions.count])) != nil
+        })
+        return tx.rate
+    }
+
     /// Transactions per second with one thread and with `threads` threads, interleaved in short slices; and the same
     /// for raw ES256 verifies, which shows how far the machine itself scales (other load, shared cores).
     public static func scaling(

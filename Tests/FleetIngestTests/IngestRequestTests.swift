@@ -34,6 +34,21 @@ struct IngestRequestTests {
         #expect(key("") == nil)
     }
 
+    @Test("the unverified claim is read only from a JWS of exactly three segments")
+    func claimSegments() {
+        let payload = Base64.encodeURL(Array("{\"transactionId\":\"42\"}".utf8))
+        func claim(_ jws: String) -> String? { IngestRequests.unverifiedClaim(jws, "transactionId") }
+        #expect(claim("eyJh.\(payload).sig") == "42")
+        #expect(claim(".\(payload).") == "42")  // empty header and signature: still keyed (the workers reject it)
+        #expect(claim("\(payload)") == nil)
+        #expect(claim("h.\(payload)") == nil)
+        #expect(claim("h.\(payload).s.") == nil)
+        #expect(claim("h.\(payload).s.t") == nil)
+        #expect(claim("h..s") == nil)
+        #expect(claim("") == nil)
+        #expect(claim("...") == nil)
+    }
+
     @Test("transactions: the bare JWS is the value; a receipt body is kept whole; optional fields")
     func transactionParsing() throws {
         let jws = IngestHarness.pki.sign(TestPayloads.transaction(transactionId: "2000000000000042"))
