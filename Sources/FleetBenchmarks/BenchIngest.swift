@@ -22,6 +22,9 @@ public struct BenchIngest: Sendable {
     public var partitions: Int = 6
     /// librdkafka properties of the ingest's producer (e.g. linger.ms), applied over the service's own.
     public var kafkaProperties: [String: String] = [:]
+    /// Which phases run.
+    public enum Part: String, Sendable { case all, transactions, notifications }
+    public var only: Part = .all
 
     public func run() async throws {
         // The log handler `fleet ingest` runs with by default (Hummingbird sets a request id in every request's logger
@@ -59,59 +62,66 @@ public struct BenchIngest: Sendable {
             Array("{\"signedTransaction\":\"\(pki.sign(TestPayloads.transaction()))\"}".utf8)
         }
         let load = LoadRunner(port: port, connections: connections, seconds: seconds, wrk: wrk)
-        let health = try await load.run(path: "/healthz", bodies: nil)
-        let notes = try await load.run(path: "/apple/notifications", bodies: notifications)
-        let halfRate = max(1, notes.perSecond / 2)
-        let paced = try await load.paced(path: "/apple/notifications", bodies: notifications, ratePerSecond: halfRate)
-        // The reference, single-thread verify, is measured right before and right after the phase (1.5 s each, the
-        // same chain cache) and averaged, so that a change of the shared machine's speed during the run moves both.
-        let workload = try VerifyBenchmark.Workload(), referenceCache = ChainCache()
-        let verifyBefore = VerifyBenchmark.transactionsPerSecond(workload: workload, seconds: 1.5, threads: 1, cache: referenceCache)
-        let txMachine = MachineCPU.sample(), txProcess = Self.processCPUSeconds()
-        let tx = try await load.run(path: "/v1/transactions", bodies: transactions)
-        let txMachineEnd = MachineCPU.sample(), txProcessEnd = Self.processCPUSeconds()
-        let verifyAfter = VerifyBenchmark.transactionsPerSecond(workload: workload, seconds: 1.5, threads: 1, cache: referenceCache)
-        let reference = (verifyBefore + verifyAfter) / 2
+        func r(_ x: Double, _ places: Double = 10) -> Double { (x * places).rounded() / places }
+        var out: [String: Any] = [
+            "bench": "ingest", "client": wrk == nil ? "threads" : "wrk", "connections": connections, "seconds": seconds,
+            "cores": ProcessInfo.processInfo.activeProcessorCount, "only": only.rawValue,
+            "producer_properties": kafkaProperties.map { "\($0.key)=\($0.value)" }.sorted(),
+        ]
+        var checks: [String: Bool] = [:]
+        if only != .transactions {
+            let health = try await load.run(path: "/healthz", bodies: nil)
+            let notes = try await load.run(path: "/apple/notifications", bodies: notifications)
+            let halfRate = max(1, notes.perSecond / 2)
+            let paced = try await load.paced(path: "/apple/notifications", bodies: notifications, ratePerSecond: halfRate)
+            out.merge([
+                "healthz_per_s": r(health.perSecond),
+                "notifications_per_s": r(notes.perSecond), "notifications_p50_ms": r(notes.p50, 100), "notifications_p99_ms": r(notes.p99, 100),
+                "notifications_non_200": notes.failures,
+                "paced_rate_per_s": r(paced.perSecond), "paced_p50_ms": r(paced.p50, 100), "paced_p99_ms": r(paced.p99, 100),
+                "paced_non_200": paced.failures,
+            ]) { $1 }
+            checks["notifications_target_met"] = notes.perSecond >= 5000 && notes.failures == 0
+            checks["paced_p99_target_met"] = paced.p99 < 50 && paced.failures == 0
+        }
+        if only != .notifications {
+            // The reference, single-thread verify, is measured right before and right after the phase (1.5 s each, the
+            // same chain cache) and averaged, so that a change of the shared machine's speed during the run moves both.
+            let workload = try VerifyBenchmark.Workload(), referenceCache = ChainCache()
+            let verifyBefore = VerifyBenchmark.transactionsPerSecond(workload: workload, seconds: 1.5, threads: 1, cache: referenceCache)
+            let txMachine = MachineCPU.sample(), txProcess = Self.processCPUSeconds()
+            let tx = try await load.run(path: "/v1/transactions", bodies: transactions)
+            let txMachineEnd = MachineCPU.sample(), txProcessEnd = Self.processCPUSeconds()
+            let verifyAfter = VerifyBenchmark.transactionsPerSecond(workload: workload, seconds: 1.5, threads: 1, cache: referenceCache)
+            let reference = (verifyBefore + verifyAfter) / 2
+            let txRatio = tx.perSecond / max(1, reference)
+            // CPU per acknowledged transaction in that phase: the whole machine's (server, mock cluster, wrk, kernel),
+            // and this process's alone (the server with its verifier pool and producer, and the in-process mock
+            // cluster). Throughput on a saturated machine is 2 cores / the first.
+            let txRequests = max(1, tx.perSecond * Double(seconds))
+            var txMachineBusy = 0.0
+            if let a = txMachine, let b = txMachineEnd {
+                txMachineBusy = Double((b.total - a.total) - (b.idle - a.idle)) / Double(sysconf(Int32(_SC_CLK_TCK)))
+            }
+            out.merge([
+                "transactions_per_s": r(tx.perSecond), "transactions_p99_ms": r(tx.p99, 100), "transactions_non_200": tx.failures,
+                "transactions_machine_cpu_us_per_request": r(txMachineBusy / txRequests * 1e6),
+                "transactions_process_cpu_us_per_request": r((txProcessEnd - txProcess) / txRequests * 1e6),
+                "transactions_machine_idle_percent": MachineCPU.idlePercent(from: txMachine, to: txMachineEnd) ?? -1,
+                "single_thread_verify_transactions_per_s": r(reference),
+                "single_thread_verify_before_after": [r(verifyBefore), r(verifyAfter)],
+                "transactions_vs_single_thread_verify": r(txRatio, 1000),
+            ]) { $1 }
+            checks["transactions_target_met"] = txRatio >= 0.8 && tx.failures == 0
+        }
 
         await group.triggerGracefulShutdown()
         _ = try? await server.value
         cluster.shutdown()
-
-        func r(_ x: Double, _ places: Double = 10) -> Double { (x * places).rounded() / places }
-        let txRatio = tx.perSecond / max(1, reference)
-        // CPU per acknowledged transaction in that phase: the whole machine's (server, mock cluster, wrk, kernel), and
-        // this process's alone (the server with its verifier pool and producer, and the in-process mock cluster).
-        // Throughput on a saturated machine is 1 / the first; the second is the lower-noise figure to compare builds.
-        let txRequests = max(1, tx.perSecond * Double(seconds))
-        var txMachineBusy = 0.0
-        if let a = txMachine, let b = txMachineEnd {
-            let ticks = Double((b.total - a.total) - (b.idle - a.idle))
-            txMachineBusy = ticks / Double(sysconf(Int32(_SC_CLK_TCK)))
-        }
-        let out: [String: Any] = [
-            "bench": "ingest", "client": wrk == nil ? "threads" : "wrk", "connections": connections, "seconds": seconds,
-            "cores": ProcessInfo.processInfo.activeProcessorCount,
-            // The machine is shared: its 1-minute load average before and after the run qualifies every figure.
-            "load_average_start": loadBefore, "load_average_end": Self.loadAverage(),
-            "producer_properties": kafkaProperties.map { "\($0.key)=\($0.value)" }.sorted(),
-            "healthz_per_s": r(health.perSecond),
-            "notifications_per_s": r(notes.perSecond), "notifications_p50_ms": r(notes.p50, 100), "notifications_p99_ms": r(notes.p99, 100),
-            "notifications_non_200": notes.failures,
-            "paced_rate_per_s": r(paced.perSecond), "paced_p50_ms": r(paced.p50, 100), "paced_p99_ms": r(paced.p99, 100),
-            "paced_non_200": paced.failures,
-            "transactions_per_s": r(tx.perSecond), "transactions_p99_ms": r(tx.p99, 100), "transactions_non_200": tx.failures,
-            "transactions_machine_cpu_us_per_request": r(txMachineBusy / txRequests * 1e6),
-            "transactions_process_cpu_us_per_request": r((txProcessEnd - txProcess) / txRequests * 1e6),
-            "transactions_machine_idle_percent": MachineCPU.idlePercent(from: txMachine, to: txMachineEnd) ?? -1,
-            "single_thread_verify_transactions_per_s": r(reference),
-            "single_thread_verify_before_after": [r(verifyBefore), r(verifyAfter)],
-            "transactions_vs_single_thread_verify": r(txRatio, 1000),
-            "checks": [
-                "notifications_target_met": notes.perSecond >= 5000 && notes.failures == 0,
-                "paced_p99_target_met": paced.p99 < 50 && paced.failures == 0,
-                "transactions_target_met": txRatio >= 0.8 && tx.failures == 0,
-            ],
-        ]
+        // The machine is shared: its 1-minute load average before and after the run qualifies every figure.
+        out["load_average_start"] = loadBefore
+        out["load_average_end"] = Self.loadAverage()
+        out["checks"] = checks
         let data = try JSONSerialization.data(withJSONObject: out, options: [.sortedKeys])
         print(String(decoding: data, as: UTF8.self))
     }

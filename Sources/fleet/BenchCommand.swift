@@ -164,9 +164,18 @@ struct BenchIngestCommand: AsyncParsableCommand {
     @Option(help: "Partitions of the raw topic.") var partitions: Int = 6
     @Option(name: .customLong("kafka-property"), help: "A librdkafka property of the ingest's producer, key=value (repeatable), e.g. linger.ms=1.")
     var kafkaProperties: [String] = []
+    @Option(help: """
+        Phases: all (default), transactions (only POST /v1/transactions and its reference, for comparing builds) or \
+        notifications (GET /healthz and the two notification phases).
+        """)
+    var only: String = "all"
 
     func run() async throws {
         var bench = BenchIngest()
+        guard let part = BenchIngest.Part(rawValue: only) else {
+            throw ValidationError("--only must be all, transactions or notifications, not \(only)")
+        }
+        bench.only = part
         bench.seconds = seconds
         bench.connections = connections
         bench.client = client
