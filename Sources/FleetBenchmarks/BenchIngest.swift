@@ -100,8 +100,10 @@ public struct BenchIngest: Sendable {
             // cluster). Throughput on a saturated machine is 2 cores / the first.
             let txRequests = max(1, tx.perSecond * Double(seconds))
             var txMachineBusy = 0.0
+            // Signed: the kernel's iowait ticks (part of `idle`) may go backwards.
             if let a = txMachine, let b = txMachineEnd {
-                txMachineBusy = Double((b.total - a.total) - (b.idle - a.idle)) / Double(sysconf(Int32(_SC_CLK_TCK)))
+                let busy = (Int64(b.total) - Int64(a.total)) - (Int64(b.idle) - Int64(a.idle))
+                txMachineBusy = Double(max(0, busy)) / Double(sysconf(Int32(_SC_CLK_TCK)))
             }
             out.merge([
                 "transactions_per_s": r(tx.perSecond), "transactions_p99_ms": r(tx.p99, 100), "transactions_non_200": tx.failures,
