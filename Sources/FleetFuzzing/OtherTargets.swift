@@ -99,6 +99,16 @@ enum IngestTarget {
     static func run(_ data: UnsafeBufferPointer<UInt8>) throws(InvariantViolation) {
         let body = Array(data)
         let object = (try? JSONValue.parse(bytes: body))?.objectValue
+        // The usual body's shortcut (no JSON parse) answers exactly as the full parse.
+        func outcome<T>(_ f: ([UInt8]) throws(BadBody) -> T) -> Result<T, BadBody> {
+            do { return .success(try f(body)) } catch { return .failure(error) }
+        }
+        if outcome(IngestRequests.notification) != outcome(IngestRequests.parsedNotification) {
+            throw InvariantViolation(.ingest, "the notification shortcut and the full parse disagree")
+        }
+        if outcome(IngestRequests.transaction) != outcome(IngestRequests.parsedTransaction) {
+            throw InvariantViolation(.ingest, "the transaction shortcut and the full parse disagree")
+        }
         do {
             let n = try IngestRequests.notification(body)
             guard let sp = object?["signedPayload"]?.stringValue, !sp.isEmpty else {

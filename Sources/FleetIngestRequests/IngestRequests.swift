@@ -44,6 +44,14 @@ public struct TransactionRequest: Sendable, Equatable {
 /// unchanged). The JWS inside is not verified here (the workers do that); only its shape as JSON is checked.
 public enum IngestRequests {
     public static func notification(_ body: [UInt8]) throws(BadBody) -> NotificationRequest {
+        if let jws = soleJWSMember(body, signedPayloadPrefix) {
+            return NotificationRequest(key: unverifiedClaim(jws, "notificationUUID").map { Array($0.utf8) })
+        }
+        return try parsedNotification(body)
+    }
+
+    /// `notification(_:)` by the full JSON parse.
+    package static func parsedNotification(_ body: [UInt8]) throws(BadBody) -> NotificationRequest {
         let object = try parseObject(body)
         guard let field = object["signedPayload"] else {
             throw BadBody("missing_signed_payload", "the body has no \"signedPayload\" (App Store Server Notifications V2 body expected)")
@@ -56,6 +64,16 @@ public enum IngestRequests {
     }
 
     public static func transaction(_ body: [UInt8]) throws(BadBody) -> TransactionRequest {
+        if let jws = soleJWSMember(body, signedTransactionPrefix) {
+            return TransactionRequest(
+                kind: .signedTransaction, value: Array(jws),
+                key: unverifiedClaim(jws, "transactionId").map { Array($0.utf8) }, deviceVerificationId: nil, appAccountToken: nil)
+        }
+        return try parsedTransaction(body)
+    }
+
+    /// `transaction(_:)` by the full JSON parse.
+    package static func parsedTransaction(_ body: [UInt8]) throws(BadBody) -> TransactionRequest {
         let object = try parseObject(body)
         let device = try optionalString(object, "deviceVerificationId", reason: "device_verification_id_not_a_string")
         let token = try optionalString(object, "appAccountToken", reason: "app_account_token_not_a_string")
@@ -79,6 +97,33 @@ public enum IngestRequests {
             }
             guard !receipt.isEmpty else { throw BadBody("empty_receipt_data", "\"receipt-data\" is empty") }
             return TransactionRequest(kind: .receipt, value: body, key: nil, deviceVerificationId: device, appAccountToken: token)
+        }
+    }
+
+    static let signedPayloadPrefix = Array("{\"signedPayload\":\"".utf8)
+    static let signedTransactionPrefix = Array("{\"signedTransaction\":\"".utf8)
+
+    /// The body's usual shape read without a JSON parse: exactly `prefix` (`{"name":"`), one or more characters of
+    /// a compact JWS (base64url letters, digits, `-`, `_`, `.`: no escape, quote or control character can be among
+    /// them), then `"}`. Anything else (whitespace, other members, escapes) is nil and takes the full parse, which
+    /// gives the same result for these bodies (`IngestRequestTests`).
+    static func soleJWSMember(_ body: [UInt8], _ prefix: [UInt8]) -> ArraySlice<UInt8>? {
+        let n = body.count
+        guard n >= prefix.count + 3, body[n - 2] == UInt8(ascii: "\""), body[n - 1] == UInt8(ascii: "}"),
+              body.starts(with: prefix)
+        else { return nil }
+        let value = body[prefix.count..<(n - 2)]
+        for c in value where !isJWSCharacter(c) { return nil }
+        return value
+    }
+
+    @inline(__always) static func isJWSCharacter(_ c: UInt8) -> Bool {
+        switch c {
+        case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+             UInt8(ascii: "-"), UInt8(ascii: "_"), UInt8(ascii: "."):
+            return true
+        default:
+            return false
         }
     }
 
@@ -116,16 +161,22 @@ public enum IngestRequests {
     /// notification's payload carries two nested JWS of several KB each).
     static func unverifiedClaim(_ jws: String, _ claim: String) -> String? {
         var jws = jws
-        return jws.withUTF8 { bytes -> String? in
-            // The header (a transaction's carries its ~4 KB certificate chain) is skipped with memchr, not a byte loop.
-            guard let first = dotIndex(bytes, from: 0),
-                  let second = dotIndex(bytes, from: first + 1),
-                  dotIndex(bytes, from: second + 1) == nil,
-                  second - first - 1 <= 256 * 1024,
-                  let payload = Base64.decodeURL(UnsafeBufferPointer(rebasing: bytes[(first + 1)..<second]))
-            else { return nil }
-            return topLevelMember(payload, Array(claim.utf8))
-        }
+        return jws.withUTF8 { unverifiedClaim($0, claim) }
+    }
+
+    static func unverifiedClaim(_ jws: ArraySlice<UInt8>, _ claim: String) -> String? {
+        jws.withUnsafeBufferPointer { unverifiedClaim($0, claim) }
+    }
+
+    static func unverifiedClaim(_ bytes: UnsafeBufferPointer<UInt8>, _ claim: String) -> String? {
+        // The header (a transaction's carries its ~4 KB certificate chain) is skipped with memchr, not a byte loop.
+        guard let first = dotIndex(bytes, from: 0),
+              let second = dotIndex(bytes, from: first + 1),
+              dotIndex(bytes, from: second + 1) == nil,
+              second - first - 1 <= 256 * 1024,
+              let payload = Base64.decodeURL(UnsafeBufferPointer(rebasing: bytes[(first + 1)..<second]))
+        else { return nil }
+        return topLevelMember(payload, Array(claim.utf8))
     }
 
     /// The index of the first `.` at or after `from`; nil when there is none.

@@ -49,6 +49,39 @@ struct IngestRequestTests {
         #expect(claim("...") == nil)
     }
 
+    @Test("the usual body read without a JSON parse gives what the full parse gives, and only for that shape")
+    func soleMemberFastPath() throws {
+        let tx = IngestHarness.pki.sign(TestPayloads.transaction(transactionId: "2000000000000077"))
+        let note = IngestHarness.pki.signNotification(type: .test, notificationUUID: "0f4c2a58-aaaa-bbbb-cccc-0123456789ab")
+        func same(_ body: String, fast: Bool) {
+            let b = Array(body.utf8)
+            #expect((IngestRequests.soleJWSMember(b, IngestRequests.signedTransactionPrefix) != nil
+                || IngestRequests.soleJWSMember(b, IngestRequests.signedPayloadPrefix) != nil) == fast, "\(body.prefix(60))")
+            func outcome<T>(_ f: ([UInt8]) throws(BadBody) -> T) -> Result<T, BadBody> {
+                do { return .success(try f(b)) } catch { return .failure(error) }
+            }
+            #expect(outcome(IngestRequests.transaction) == outcome(IngestRequests.parsedTransaction))
+            #expect(outcome(IngestRequests.notification) == outcome(IngestRequests.parsedNotification))
+        }
+        same("{\"signedTransaction\":\"\(tx)\"}", fast: true)
+        same("{\"signedPayload\":\"\(note)\"}", fast: true)
+        same("{\"signedPayload\":\"\(tx)\"}", fast: true)  // a transaction where a notification belongs: no notificationUUID
+        same("{\"signedTransaction\":\"a.b.c\"}", fast: true)
+        same("{\"signedTransaction\":\"x\"}", fast: true)
+        // Everything else takes the full parse.
+        for body in [
+            "{\"signedTransaction\":\"\"}", "{\"signedTransaction\": \"\(tx)\"}", " {\"signedTransaction\":\"\(tx)\"}",
+            "{\"signedTransaction\":\"\(tx)\"} ", "{\"signedTransaction\":\"\(tx)\",\"appAccountToken\":\"t\"}",
+            "{\"signedTransaction\":\"ab\\u0041c\"}", "{\"signedTransaction\":\"a\\\"}", "{\"signedTransaction\":\"a\"b\"}",
+            "{\"signedTransaction\":\"a b\"}", "{\"signedTransaction\":\"a\u{1}b\"}", "{\"signedTransaction\":\"é\"}",
+            "{\"signedTransaction\":\"a\"", "{\"signedTransaction\":\"a}", "{\"signedTransaction\":\"", "\"}",
+            "{\"signedPayload\":\"\(note)\",\"x\":1}", "{\"signedPayload\":\"=\"}", "{\"signedPayload\":\"a+b/c\"}",
+            "{\"SignedPayload\":\"abc\"}", "",
+        ] {
+            same(body, fast: false)
+        }
+    }
+
     @Test("transactions: the bare JWS is the value; a receipt body is kept whole; optional fields")
     func transactionParsing() throws {
         let jws = IngestHarness.pki.sign(TestPayloads.transaction(transactionId: "2000000000000042"))
