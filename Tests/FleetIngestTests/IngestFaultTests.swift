@@ -55,7 +55,9 @@ struct IngestFaultTests {
 
     @Test("broker down for seconds: 503 + Retry-After, never 200; every 200 is on the topic afterwards")
     func brokerDown() async throws {
-        let h = try await IngestHarness(brokers: 1) { $0.publishTimeout = .milliseconds(1500) }
+        // 16 partitions: the mock keeps ~5 MiB a partition, and the loaders send as fast as the server answers (8,816
+        // notifications acknowledged in one run, more than 3 partitions held: the oldest were deleted before the read).
+        let h = try await IngestHarness(brokers: 1, partitions: 16) { $0.publishTimeout = .milliseconds(1500) }
         let stop = Flag()
         let tally = Tally()
         let loader = Task { try await Self.load(h, threads: 8, stop: stop, tally: tally) }
@@ -93,6 +95,9 @@ struct IngestFaultTests {
         // Every 200 is on the topic (503s may or may not be: the client retries those, duplicates are fine).
         let messages = try await h.read(atLeast: accepted.count, timeout: .seconds(90))
         let onTopic = Set(messages.map(\.value))
+        // A partition read from an offset above 0 lost its oldest records to the mock's retention, not to the front door.
+        let trimmed = Dictionary(grouping: messages, by: \.partition).filter { $0.value.map(\.offset).min() != 0 }.keys.sorted()
+        #expect(trimmed.isEmpty, "the embedded cluster's retention (~5 MiB a partition) deleted records of partitions \(trimmed)")
         let missing = accepted.filter { !onTopic.contains($0) }.count
         #expect(missing == 0, "\(missing) of \(accepted.count) acknowledged notifications are not on the topic")
         print("broker-down: accepted \(accepted.count) (\(beforeDown) before, \(duringDown - beforeDown) around the fault), 503 \(tally.unavailable.load(ordering: .relaxed)), on topic \(messages.count)")
@@ -139,6 +144,9 @@ struct IngestFaultTests {
         #expect(accepted.count > 0)
         let messages = try await h.read(atLeast: accepted.count, timeout: .seconds(60))
         let onTopic = Set(messages.map(\.value))
+        // A partition read from an offset above 0 lost its oldest records to the mock's retention, not to the front door.
+        let trimmed = Dictionary(grouping: messages, by: \.partition).filter { $0.value.map(\.offset).min() != 0 }.keys.sorted()
+        #expect(trimmed.isEmpty, "the embedded cluster's retention (~5 MiB a partition) deleted records of partitions \(trimmed)")
         let missing = accepted.filter { !onTopic.contains($0) }.count
         #expect(missing == 0, "\(missing) of \(accepted.count) acknowledged notifications are not on the topic")
         #expect(h.readiness.isReady == false)
