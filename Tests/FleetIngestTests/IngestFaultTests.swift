@@ -127,7 +127,7 @@ struct IngestFaultTests {
 
     @Test("graceful shutdown mid-load: in-flight requests finish, no 200 without its message on the topic")
     func shutdownMidLoad() async throws {
-        let h = try await IngestHarness(brokers: 1)
+        let h = try await IngestHarness(brokers: 1, partitions: 16)  // room for 3 s of full-speed load (see brokerDown)
         let stop = Flag()
         let tally = Tally()
         let loader = Task { try await Self.load(h, threads: 8, stop: stop, tally: tally) }
