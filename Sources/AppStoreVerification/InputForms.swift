@@ -21,6 +21,18 @@ extension SignedDataVerifier {
         let buf = UnsafeBufferPointer(rebasing: raw[lo..<hi])
 
         if buf[0] == UInt8(ascii: "{") {
+            // Apple's POST body as Apple sends it: its JWS read without a JSON parse (the same checks as below).
+            if let jws = SoleJWSBody.signedPayload.jws(in: buf) {
+                if buf.count > policy.maxInputBytes {
+                    throw VerificationError(
+                        .payloadTooLarge, "input is \(buf.count) bytes; the limit is \(policy.maxInputBytes) bytes")
+                }
+                if let expected, expected != .notification {
+                    throw VerificationError(
+                        .malformedJWS, "a signedPayload body holds a notification, expected a \(expected.rawValue)")
+                }
+                return try verifyItem(UnsafeBufferPointer(rebasing: buf[jws]), expected: .notification)
+            }
             // Apple's POST body {"signedPayload": "..."} or a verifyReceipt request body {"receipt-data": "..."}.
             let isReceiptBody = Self.mentionsReceiptData(buf)
             if !isReceiptBody && buf.count > policy.maxInputBytes {
@@ -121,5 +133,38 @@ extension SignedDataVerifier {
             }
         }
         return true
+    }
+}
+
+/// A JSON body that is one JWS member and nothing else, in the form its senders write it: exactly `{"<name>":"`, one or
+/// more characters of a compact JWS (base64url letters, digits, `-`, `_`, `.`), then `"}`. No escape, quote, space or
+/// control character can be among those characters, so a JSON parse of such a body gives an object with that one
+/// string member, the same bytes; `jws(in:)` reads it without the parse (Apple's notification bodies, the apps'
+/// `/v1/transactions` bodies). Any other body (whitespace, other members, escapes) is nil and is parsed.
+public enum SoleJWSBody: Sendable {
+    case signedPayload
+    case signedTransaction
+
+    static let signedPayloadPrefix = Array("{\"signedPayload\":\"".utf8)
+    static let signedTransactionPrefix = Array("{\"signedTransaction\":\"".utf8)
+
+    /// The JWS's byte range in `body`, or nil when `body` is not exactly this form.
+    public func jws(in body: UnsafeBufferPointer<UInt8>) -> Range<Int>? {
+        let prefix = self == .signedPayload ? Self.signedPayloadPrefix : Self.signedTransactionPrefix
+        let n = body.count
+        guard n >= prefix.count + 3, body[n - 2] == UInt8(ascii: "\""), body[n - 1] == UInt8(ascii: "}"),
+              body.starts(with: prefix)
+        else { return nil }
+        let range = prefix.count..<(n - 2)
+        for c in body[range] {
+            switch c {
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+                 UInt8(ascii: "-"), UInt8(ascii: "_"), UInt8(ascii: "."):
+                continue
+            default:
+                return nil
+            }
+        }
+        return range
     }
 }

@@ -89,9 +89,9 @@ public struct BenchIngest: Sendable {
             // same chain cache) and averaged, so that a change of the shared machine's speed during the run moves both.
             let workload = try VerifyBenchmark.Workload(), referenceCache = ChainCache()
             let verifyBefore = VerifyBenchmark.transactionsPerSecond(workload: workload, seconds: 1.5, threads: 1, cache: referenceCache)
-            let txMachine = MachineCPU.sample(), txProcess = Self.processCPUSeconds()
+            let txMachine = MachineCPU.sample(), txProcess = processCPUSeconds(pid: getpid()) ?? 0
             let tx = try await load.run(path: "/v1/transactions", bodies: transactions)
-            let txMachineEnd = MachineCPU.sample(), txProcessEnd = Self.processCPUSeconds()
+            let txMachineEnd = MachineCPU.sample(), txProcessEnd = processCPUSeconds(pid: getpid()) ?? 0
             let verifyAfter = VerifyBenchmark.transactionsPerSecond(workload: workload, seconds: 1.5, threads: 1, cache: referenceCache)
             let reference = (verifyBefore + verifyAfter) / 2
             let txRatio = tx.perSecond / max(1, reference)
@@ -99,12 +99,7 @@ public struct BenchIngest: Sendable {
             // and this process's alone (the server with its verifier pool and producer, and the in-process mock
             // cluster). Throughput on a saturated machine is 2 cores / the first.
             let txRequests = max(1, tx.perSecond * Double(seconds))
-            var txMachineBusy = 0.0
-            // Signed: the kernel's iowait ticks (part of `idle`) may go backwards.
-            if let a = txMachine, let b = txMachineEnd {
-                let busy = (Int64(b.total) - Int64(a.total)) - (Int64(b.idle) - Int64(a.idle))
-                txMachineBusy = Double(max(0, busy)) / Double(sysconf(Int32(_SC_CLK_TCK)))
-            }
+            let txMachineBusy = MachineCPU.busySeconds(from: txMachine, to: txMachineEnd) ?? 0
             out.merge([
                 "transactions_per_s": r(tx.perSecond), "transactions_p99_ms": r(tx.p99, 100), "transactions_non_200": tx.failures,
                 "transactions_machine_cpu_us_per_request": r(txMachineBusy / txRequests * 1e6),
@@ -126,14 +121,6 @@ public struct BenchIngest: Sendable {
         out["checks"] = checks
         let data = try JSONSerialization.data(withJSONObject: out, options: [.sortedKeys])
         print(String(decoding: data, as: UTF8.self))
-    }
-
-    /// This process's user + system CPU seconds so far.
-    static func processCPUSeconds() -> Double {
-        var usage = rusage()
-        getrusage(RUSAGE_SELF.rawValue, &usage)
-        func s(_ t: timeval) -> Double { Double(t.tv_sec) + Double(t.tv_usec) / 1e6 }
-        return s(usage.ru_utime) + s(usage.ru_stime)
     }
 
     static func loadAverage() -> Double {

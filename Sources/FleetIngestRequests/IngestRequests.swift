@@ -44,7 +44,7 @@ public struct TransactionRequest: Sendable, Equatable {
 /// unchanged). The JWS inside is not verified here (the workers do that); only its shape as JSON is checked.
 public enum IngestRequests {
     public static func notification(_ body: [UInt8]) throws(BadBody) -> NotificationRequest {
-        if let jws = soleJWSMember(body, signedPayloadPrefix) {
+        if let jws = sole(.signedPayload, body) {
             return NotificationRequest(key: unverifiedClaim(jws, "notificationUUID").map { Array($0.utf8) })
         }
         return try parsedNotification(body)
@@ -64,7 +64,7 @@ public enum IngestRequests {
     }
 
     public static func transaction(_ body: [UInt8]) throws(BadBody) -> TransactionRequest {
-        if let jws = soleJWSMember(body, signedTransactionPrefix) {
+        if let jws = sole(.signedTransaction, body) {
             return TransactionRequest(
                 kind: .signedTransaction, value: Array(jws),
                 key: unverifiedClaim(jws, "transactionId").map { Array($0.utf8) }, deviceVerificationId: nil, appAccountToken: nil)
@@ -100,31 +100,9 @@ public enum IngestRequests {
         }
     }
 
-    static let signedPayloadPrefix = Array("{\"signedPayload\":\"".utf8)
-    static let signedTransactionPrefix = Array("{\"signedTransaction\":\"".utf8)
-
-    /// The body's usual shape read without a JSON parse: exactly `prefix` (`{"name":"`), one or more characters of
-    /// a compact JWS (base64url letters, digits, `-`, `_`, `.`: no escape, quote or control character can be among
-    /// them), then `"}`. Anything else (whitespace, other members, escapes) is nil and takes the full parse, which
-    /// gives the same result for these bodies (`IngestRequestTests`).
-    static func soleJWSMember(_ body: [UInt8], _ prefix: [UInt8]) -> ArraySlice<UInt8>? {
-        let n = body.count
-        guard n >= prefix.count + 3, body[n - 2] == UInt8(ascii: "\""), body[n - 1] == UInt8(ascii: "}"),
-              body.starts(with: prefix)
-        else { return nil }
-        let value = body[prefix.count..<(n - 2)]
-        for c in value where !isJWSCharacter(c) { return nil }
-        return value
-    }
-
-    @inline(__always) static func isJWSCharacter(_ c: UInt8) -> Bool {
-        switch c {
-        case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
-             UInt8(ascii: "-"), UInt8(ascii: "_"), UInt8(ascii: "."):
-            return true
-        default:
-            return false
-        }
+    /// The JWS of a body that is exactly `{"<name>":"<JWS>"}` (`SoleJWSBody`): what the full parse would take from it.
+    static func sole(_ form: SoleJWSBody, _ body: [UInt8]) -> ArraySlice<UInt8>? {
+        body.withUnsafeBufferPointer { form.jws(in: $0) }.map { body[$0] }
     }
 
     static func parseObject(_ body: [UInt8]) throws(BadBody) -> [String: JSONValue] {

@@ -18,6 +18,39 @@ import Testing
         #expect(t.payload.raw == payload)
     }
 
+    /// Apple's POST body as Apple writes it (`{"signedPayload":"<JWS>"}`, read without a JSON parse) gets exactly the
+    /// verdict of the same body in any other spelling (parsed): verified, a bad signature, the wrong kind, too large.
+    @Test func theUsualPostBodyGetsTheParsedBodysVerdict() throws {
+        let pki = Fixtures.pki
+        let note = pki.signNotification(type: .didRenew, transaction: Fixtures.transaction(), signedDate: Fixtures.t0)
+        let dot = note.lastIndex(of: ".")!
+        let forged = String(note[..<dot]) + "." + String(note[note.index(after: dot)...].reversed())
+        func outcome(_ body: String, _ v: SignedDataVerifier, transaction: Bool = false) -> Result<VerifiedItem, VerificationError> {
+            do {
+                return .success(transaction ? .transaction(try v.verifyTransaction(body)) : try v.verify(body))
+            } catch { return .failure(error) }
+        }
+        let small = Fixtures.verifier(maxInputBytes: 1024)
+        for jws in [note, forged] {
+            let usual = "{\"signedPayload\":\"\(jws)\"}", spaced = "{ \"signedPayload\": \"\(jws)\" }"
+            #expect(Array(usual.utf8).withUnsafeBufferPointer { SoleJWSBody.signedPayload.jws(in: $0) } != nil)
+            #expect(Array(spaced.utf8).withUnsafeBufferPointer { SoleJWSBody.signedPayload.jws(in: $0) } == nil)
+            for (v, asTransaction) in [(Fixtures.verifier(), false), (Fixtures.verifier(), true), (small, false)] {
+                switch (outcome(usual, v, transaction: asTransaction), outcome(spaced, v, transaction: asTransaction)) {
+                case (.success(let a), .success(let b)):
+                    #expect(a == b)
+                case (.failure(let a), .failure(let b)):
+                    // The same rejection; only a size detail may differ (the spaced body is longer).
+                    #expect(a.reason == b.reason && a.field == b.field, "\(a) against \(b)")
+                    if a.reason != .payloadTooLarge { #expect(a.detail == b.detail) }
+                case (let a, let b):
+                    Issue.record("\(a) against \(b)")
+                }
+            }
+        }
+        #expect((try? Fixtures.verifier().verify("{\"signedPayload\":\"\(note)\"}"))?.kind == "notification")
+    }
+
     @Test func unknownEnumValuesAreKept() throws {
         let v = Fixtures.verifier()
         let payload = Fixtures.transaction(extra: ["type": "Some New Type", "inAppOwnershipType": "NEW_OWNERSHIP", "offerType": 99])

@@ -55,8 +55,8 @@ struct IngestRequestTests {
         let note = IngestHarness.pki.signNotification(type: .test, notificationUUID: "0f4c2a58-aaaa-bbbb-cccc-0123456789ab")
         func same(_ body: String, fast: Bool) {
             let b = Array(body.utf8)
-            #expect((IngestRequests.soleJWSMember(b, IngestRequests.signedTransactionPrefix) != nil
-                || IngestRequests.soleJWSMember(b, IngestRequests.signedPayloadPrefix) != nil) == fast, "\(body.prefix(60))")
+            #expect((IngestRequests.sole(.signedTransaction, b) != nil || IngestRequests.sole(.signedPayload, b) != nil) == fast,
+                    "\(body.prefix(60))")
             func outcome<T>(_ f: ([UInt8]) throws(BadBody) -> T) -> Result<T, BadBody> {
                 do { return .success(try f(b)) } catch { return .failure(error) }
             }
