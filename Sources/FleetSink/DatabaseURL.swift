@@ -123,7 +123,7 @@ public struct DatabaseURL: Sendable, Equatable, CustomStringConvertible {
         if let root = sslRootCertificate { tls.trustRoots = .file(root) }
         if let cert = sslCertificate, let key = sslKey {
             tls.certificateChain = try NIOSSLCertificate.fromPEMFile(cert).map { .certificate($0) }
-            tls.privateKey = .file(key)
+            tls.privateKey = .privateKey(try NIOSSLPrivateKey(file: key, format: .pem))
         }
         return tls
     }

@@ -79,6 +79,20 @@ struct PostgresTLSTests {
         #expect(try await Self.encrypted(byAddress + "?sslmode=disable") == false)
     }
 
+    /// A client certificate and key as libpq takes them (`sslcert`, `sslkey`: PEM files, the key usually named
+    /// `postgresql.key`): the TLS context is built from them. (NIOSSL's own file loader took a `.key` file for DER.)
+    @Test func clientCertificateAndPEMKeyNamedDotKey() throws {
+        let ca = try TestCA()
+        defer { try? FileManager.default.removeItem(atPath: ca.directory) }
+        let key = ca.directory + "/postgresql.key", certificate = ca.directory + "/postgresql.crt"
+        try TestCA.openssl(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                            "-keyout", key, "-out", certificate, "-days", "2", "-subj", "/CN=fleet"], in: ca.directory)
+        let url = try DatabaseURL("postgres://fleet@db.example/fleet?sslmode=require&sslcert=\(certificate)&sslkey=\(key)")
+        _ = try url.connectionConfiguration()
+        try "not a key".write(toFile: key, atomically: true, encoding: .utf8)
+        #expect(throws: (any Error).self, "a key file that is not PEM") { _ = try url.connectionConfiguration() }
+    }
+
     @Test func badTLSParametersAreClearErrors() throws {
         #expect(throws: DatabaseURL.Failure.self) { try DatabaseURL("postgres://u@h/db?sslmode=verify-everything") }
         #expect(throws: DatabaseURL.Failure.self) { try DatabaseURL("postgres://u@h/db?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem") }
