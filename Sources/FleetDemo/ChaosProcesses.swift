@@ -38,7 +38,7 @@ final class ChaosChild: @unchecked Sendable {
         p.executableURL = URL(fileURLWithPath: executable)
         p.arguments = arguments(port)
         let log = "\(directory)/\(name).\(incarnation).log"
-        FileManager.default.createFile(atPath: log, contents: nil)
+        _ = FileManager.default.createFile(atPath: log, contents: nil)
         let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
         p.standardOutput = handle
         p.standardError = handle

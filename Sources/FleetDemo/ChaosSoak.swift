@@ -192,7 +192,7 @@ public final class ChaosSoak: @unchecked Sendable {
         }
 
         let rootPath = directory + "/test-root.der"
-        FileManager.default.createFile(atPath: rootPath, contents: Data(TestPKI.der(pki.root)))
+        _ = FileManager.default.createFile(atPath: rootPath, contents: Data(TestPKI.der(pki.root)))
         let productsPath = directory + "/products.yaml"
         try DemoTraffic.catalogueYAML.write(toFile: productsPath, atomically: true, encoding: .utf8)
         let bootstrap = cluster.bootstrapServers

@@ -106,7 +106,7 @@ public final class DemoRunner: @unchecked Sendable {
 
         let pki = try TestPKI()
         let rootPath = directory + "/test-root.der"
-        FileManager.default.createFile(atPath: rootPath, contents: Data(TestPKI.der(pki.root)))
+        _ = FileManager.default.createFile(atPath: rootPath, contents: Data(TestPKI.der(pki.root)))
         let productsPath = directory + "/products.yaml"
         try DemoTraffic.catalogueYAML.write(toFile: productsPath, atomically: true, encoding: .utf8)
         self.pki = pki
@@ -464,7 +464,7 @@ public final class DemoRunner: @unchecked Sendable {
         p.executableURL = URL(fileURLWithPath: options.executable)
         p.arguments = arguments
         let log = directory + "/\(name).log"
-        FileManager.default.createFile(atPath: log, contents: nil)
+        _ = FileManager.default.createFile(atPath: log, contents: nil)
         let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
         p.standardOutput = handle
         p.standardError = handle

@@ -210,7 +210,7 @@ struct CopyRows: Sendable {
     func buffer() -> ByteBuffer {
         precondition(rowEnds == nil || last != nil, "the last column is missing")
         var size = CopyBinary.header.count + bytes.count + CopyBinary.trailer.count
-        if let rowEnds, let last {
+        if rowEnds != nil, let last {
             size += last.reduce(0) { $0 + $1.count }
         }
         var buffer = ByteBuffer()

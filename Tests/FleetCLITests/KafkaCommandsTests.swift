@@ -121,7 +121,7 @@ struct MultiProcessTests {
     @Test func devKafkaPublishAndLagEndToEnd() async throws {
         let dev = try FleetBinary.start(["dev-kafka", "--brokers", "1", "--partitions", "3", "--topic", "raw"])
         defer { dev.terminate(SIGKILL) }
-        let first = try await dev.firstLine(timeout: .seconds(20))
+        let first = await dev.firstLine(timeout: .seconds(20))
         let prefix = "bootstrap.servers="
         guard let first, first.hasPrefix(prefix) else {
             Issue.record("dev-kafka first line: \(first ?? "nil"); stderr: \(dev.readStderr())")
