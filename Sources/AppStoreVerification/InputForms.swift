@@ -156,15 +156,26 @@ public enum SoleJWSBody: Sendable {
               body.starts(with: prefix)
         else { return nil }
         let range = prefix.count..<(n - 2)
-        for c in body[range] {
-            switch c {
-            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
-                 UInt8(ascii: "-"), UInt8(ascii: "_"), UInt8(ascii: "."):
-                continue
-            default:
-                return nil
+        return Self.allJWSCharacters(body.baseAddress! + range.lowerBound, range.count) ? range : nil
+    }
+
+    /// Whether every byte is `A-Z a-z 0-9 - _ .`. Written without a branch per byte, a block at a time, so the
+    /// compiler vectorizes it: a transaction's JWS is ~4.5 KB, and a byte-by-byte `switch` over it cost ~5 us a request.
+    static func allJWSCharacters(_ p: UnsafePointer<UInt8>, _ count: Int) -> Bool {
+        var i = 0
+        while i < count {
+            let end = min(i + 512, count)
+            var bad: UInt8 = 0
+            while i < end {
+                let c = p[i]
+                let letter = (c | 0x20) &- UInt8(ascii: "a") < 26  // 'A'...'Z' and 'a'...'z'
+                let digit = c &- UInt8(ascii: "0") < 10
+                let ok = letter || digit || c == UInt8(ascii: "-") || c == UInt8(ascii: "_") || c == UInt8(ascii: ".")
+                bad |= ok ? 0 : 1
+                i += 1
             }
+            if bad != 0 { return false }
         }
-        return range
+        return true
     }
 }

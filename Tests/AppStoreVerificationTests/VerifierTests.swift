@@ -51,6 +51,27 @@ import Testing
         #expect((try? Fixtures.verifier().verify("{\"signedPayload\":\"\(note)\"}"))?.kind == "notification")
     }
 
+    /// The recognizer's character check, byte by byte: each of the 256 byte values, at the JWS's first and last byte
+    /// and on both sides of the check's 512-byte blocks, is accepted exactly when it is a JWS character.
+    @Test func theUsualBodysCharacterCheckTakesExactlyTheJWSAlphabet() {
+        let alphabet = Set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.".utf8)
+        let prefix = Array("{\"signedTransaction\":\"".utf8)
+        let jws = (0..<1300).map { Array(alphabet.sorted())[$0 % alphabet.count] }
+        for position in [0, 1, 510, 511, 512, 513, 1023, 1024, jws.count - 1] {
+            for byte in UInt8.min...UInt8.max {
+                var inner = jws
+                inner[position] = byte
+                let body = prefix + inner + Array("\"}".utf8)
+                let found = body.withUnsafeBufferPointer { SoleJWSBody.signedTransaction.jws(in: $0) }
+                if alphabet.contains(byte) {
+                    #expect(found == prefix.count..<(body.count - 2), "byte \(byte) at \(position)")
+                } else {
+                    #expect(found == nil, "byte \(byte) at \(position)")
+                }
+            }
+        }
+    }
+
     @Test func unknownEnumValuesAreKept() throws {
         let v = Fixtures.verifier()
         let payload = Fixtures.transaction(extra: ["type": "Some New Type", "inAppOwnershipType": "NEW_OWNERSHIP", "offerType": 99])
