@@ -16,18 +16,11 @@ enum IngestHTTP {
         case failed
     }
 
-    /// Reads the whole body, refusing (without reading further) at `limit` bytes. When the client has not sent it
-    /// all within `timeout`, the connection is closed (a slow client cannot hold a request slot forever). The
-    /// deadline is a timer on the connection's event loop (no extra task per request).
-    static func readBody(_ request: Request, channel: any Channel, limit: Int, timeout: Duration) async -> BodyRead {
+    /// Reads the whole body, refusing (without reading further) at `limit` bytes. The deadline is the connection's
+    /// (`RequestDeadlineHandler`): when the client has not sent the whole body in time, the connection is closed and
+    /// the read ends with `RequestDeadlineExceeded`.
+    static func readBody(_ request: Request, limit: Int) async -> BodyRead {
         if let declared = request.headers[.contentLength].flatMap({ Int($0) }), declared > limit { return .tooLarge }
-        let expired = ExpiredFlag()
-        let timer = channel.eventLoop.scheduleTask(in: .nanoseconds(timeout.nanoseconds)) {
-            expired.set()
-            // The reader is parked on the socket: closing the connection ends it.
-            channel.close(promise: nil)
-        }
-        defer { timer.cancel() }
         var out = [UInt8]()
         do {
             for try await chunk in request.body {
@@ -35,10 +28,12 @@ enum IngestHTTP {
                 if out.isEmpty { out.reserveCapacity(chunk.readableBytes) }
                 out.append(contentsOf: chunk.readableBytesView)
             }
+        } catch is RequestDeadlineExceeded {
+            return .timedOut
         } catch {
-            return expired.isSet ? .timedOut : .failed
+            return .failed
         }
-        return expired.isSet ? .timedOut : .body(out)
+        return .body(out)
     }
 
     /// Above this declared length a refused request's body is not even discarded: the connection is closed.
@@ -108,13 +103,6 @@ enum IngestHTTP {
     static func error(_ status: HTTPResponse.Status, reason: String, detail: String, close: Bool = false, retryAfter: Int? = nil, channel: (any Channel)? = nil) -> Response {
         json(status, ["error": .string(reason), "detail": .string(detail)], close: close, retryAfter: retryAfter, channel: channel)
     }
-}
-
-/// Set once by a request's body deadline.
-final class ExpiredFlag: Sendable {
-    private let value = Atomic<Bool>(false)
-    func set() { value.store(true, ordering: .relaxed) }
-    var isSet: Bool { value.load(ordering: .relaxed) }
 }
 
 /// Counts requests in flight and refuses beyond the bound.

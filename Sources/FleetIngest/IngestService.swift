@@ -59,6 +59,7 @@ public final class IngestService: Service, Sendable {
         var quiet = logger
         quiet.logLevel = max(logger.logLevel, .notice)
         let idle = configuration.idleTimeout
+        let requestTimeout = TimeAmount.nanoseconds(configuration.requestTimeout.nanoseconds)
         let onListening = self.onListening
         let port = configuration.port
         // The server's own loops (`eventLoopThreads`), shut down when it has stopped.
@@ -66,7 +67,10 @@ public final class IngestService: Service, Sendable {
         let app = Application(
             router: router,
             // Each connection's requests are handled on its own event loop, not on the cooperative pool.
-            server: .loopBoundHTTP1(configuration: .init(idleTimeout: .nanoseconds(idle.nanoseconds))),
+            // Each request's body has its deadline (`RequestDeadlineHandler`); idle connections close after `idle`.
+            server: .loopBoundHTTP1(configuration: .init(
+                additionalChannelHandlers: [RequestDeadlineHandler(timeout: requestTimeout)],
+                idleTimeout: .nanoseconds(idle.nanoseconds))),
             // A deep accept backlog: bursts of new connections (Apple, many apps at once) wait instead of being refused.
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "fleet-ingest",
                                  backlog: max(256, configuration.maxInFlight)),

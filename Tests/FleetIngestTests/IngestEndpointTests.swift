@@ -195,16 +195,34 @@ struct IngestEndpointTests {
         await h.stop()
     }
 
-    @Test("a slow client is cut off at the request deadline; others are served meanwhile; nothing published")
+    @Test("a slow client is cut off at the request deadline (408, then closed); others are served meanwhile; nothing published")
     func slowClient() async throws {
         let h = try await IngestHarness { $0.requestTimeout = .seconds(2) }
         let good = notificationBody(IngestHarness.pki.signNotification(type: .test))
-        let outcome = try await onThread { () -> (closed: Bool, seconds: Double, other: Int) in
+        let head = Array("POST \(Self.notifications) HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: \(good.count)\r\n\r\n".utf8)
+        // One slow client waits for its answer after a few bytes; it sent a whole request first on the same
+        // connection, so the deadline is each request's own, not the connection's.
+        async let waiting = onThread { () -> (first: Int, seconds: Double, answer: HTTPResult?) in
             let slow = try h.connect()
-            try slow.send(raw: Array("POST \(Self.notifications) HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: \(good.count)\r\n\r\n".utf8) + good.prefix(10))
+            let first = try slow.postJSON(Self.notifications, good).status
+            Thread.sleep(forTimeInterval: 1.5)
+            try slow.send(raw: head + good.prefix(10))
+            let began = Date()
+            // A byte every 0.5 s does not move the deadline. (Sending on after the answer would reset the connection
+            // and lose the answer.)
+            for b in good.dropFirst(10).prefix(3) {
+                Thread.sleep(forTimeInterval: 0.5)
+                try slow.send(raw: [b])
+            }
+            let answer = try? slow.readResponse()
+            return (first, Date().timeIntervalSince(began), answer)
+        }
+        // Another dribbles a byte a second and never reads: its connection is closed all the same.
+        async let dribbling = onThread { () -> (closed: Bool, seconds: Double, other: Int) in
+            let slow = try h.connect()
+            try slow.send(raw: head + good.prefix(10))
             let began = Date()
             let other = try h.connect().postJSON(Self.notifications, good).status
-            // Dribble one byte a second: the deadline still applies.
             var closed = false
             for b in good.dropFirst(10).prefix(40) {
                 Thread.sleep(forTimeInterval: 1)
@@ -212,11 +230,17 @@ struct IngestEndpointTests {
             }
             return (closed, Date().timeIntervalSince(began), other)
         }
-        #expect(outcome.other == 200)
-        #expect(outcome.closed, "the slow connection was never closed")
-        #expect(outcome.seconds < 50)
-        let messages = try await h.read(atLeast: 1, timeout: .seconds(10))
-        #expect(messages.count == 1, "only the normal request is published")
+        let (w, d) = try await (waiting, dribbling)
+        #expect(w.first == 200)
+        #expect(w.answer?.status == 408, "the slow request was answered \(String(describing: w.answer?.status))")
+        #expect(w.answer.map { json($0)["error"] as? String } == "request_timeout")
+        #expect(w.answer?.header("Connection") == "close")
+        #expect(w.seconds >= 1.9 && w.seconds < 50, "answered after \(w.seconds) s")
+        #expect(d.other == 200)
+        #expect(d.closed, "the slow connection was never closed")
+        #expect(d.seconds < 50)
+        let messages = try await h.read(atLeast: 2, timeout: .seconds(10))
+        #expect(messages.count == 2, "only the two whole requests are published")
         await h.stop()
     }
 
