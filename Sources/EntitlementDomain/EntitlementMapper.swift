@@ -311,11 +311,19 @@ public struct EntitlementMapper: Sendable {
     /// Fills the deterministic `eventId`: the same input always yields the same id.
     func finish(_ event: EntitlementEvent, key: String) -> EntitlementEvent {
         var e = event
-        let material = [
-            "entitlement-event/v1", e.kind, e.effect.rawValue, e.environment, key, e.productId ?? "",
-            e.transactionId ?? "", e.originalTransactionId ?? "", String(e.signedDate),
-        ].joined(separator: "|")
-        let digest = SHA256.hash(data: Array(material.utf8))
+        // "entitlement-event/v1|kind|effect|environment|key|productId|transactionId|originalTransactionId|signedDate",
+        // written straight into one buffer (no array of strings, no joined string).
+        var material = [UInt8]()
+        material.reserveCapacity(160 + key.utf8.count)
+        material.append(contentsOf: "entitlement-event/v1".utf8)
+        for field in [e.kind, e.effect.rawValue, e.environment, key, e.productId ?? "", e.transactionId ?? "",
+                      e.originalTransactionId ?? ""] {
+            material.append(UInt8(ascii: "|"))
+            material.append(contentsOf: field.utf8)
+        }
+        material.append(UInt8(ascii: "|"))
+        material.append(contentsOf: String(e.signedDate).utf8)
+        let digest = SHA256.hash(data: material)
         // 16 bytes as 32 lowercase hex digits, written straight into the string's storage.
         e.eventId = digest.withUnsafeBytes { bytes in
             String(unsafeUninitializedCapacity: 32) { out in

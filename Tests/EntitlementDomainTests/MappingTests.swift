@@ -144,6 +144,15 @@ struct NotificationMappingTests {
         #expect(e.source == source)
         #expect(e.transaction?["someFutureAppleField"]?.stringValue == "kept", "unknown Apple fields are kept")
         #expect(e.eventId.count == 32)
+        #expect(e.eventId == Self.eventId(e, key: "0b8e1f0c-1111-4222-8333-444455556666"))
+    }
+
+    /// The event id as written down: the first 16 bytes of SHA-256 over the `|`-joined fields, in lowercase hex. It
+    /// must never change: a replayed input has to get the same id for the sink to recognize it.
+    static func eventId(_ e: EntitlementEvent, key: String) -> String {
+        let material = ["entitlement-event/v1", e.kind, e.effect.rawValue, e.environment, key, e.productId ?? "",
+                        e.transactionId ?? "", e.originalTransactionId ?? "", String(e.signedDate)].joined(separator: "|")
+        return SHA256.hash(data: Data(material.utf8)).prefix(16).map { String(format: "%02x", $0) }.joined()
     }
 
     @Test func everyAppleTypeIsKnown() {
@@ -415,7 +424,6 @@ struct CatalogueTests {
     }
 }
 
-import Crypto
 private func sha384Base64(_ s: String) -> String {
     Data(SHA384.hash(data: Array(s.utf8))).base64EncodedString()
 }
