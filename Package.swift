@@ -3,6 +3,10 @@ import Foundation
 import PackageDescription
 
 let strict: [SwiftSetting] = [.enableUpcomingFeature("ExistentialAny")]
+/// Nonisolated async functions run on their caller's executor (SE-0461) instead of hopping to the generic one and
+/// back: on the front door's request path (its event loop), each hop cost a `swift_task_switch` with the task's status
+/// lock. Only in the modules on that path; their blocking work runs on their own threads either way.
+let nonsending: [SwiftSetting] = [.enableUpcomingFeature("NonisolatedNonsendingByDefault")]
 
 let package = Package(
     name: "entitlement-fleet",
@@ -43,7 +47,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
             ],
-            swiftSettings: strict
+            swiftSettings: strict + nonsending
         ),
         // Pure verification core: no I/O.
         .target(
@@ -177,7 +181,7 @@ let package = Package(
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
-            swiftSettings: strict
+            swiftSettings: strict + nonsending
         ),
         // A small blocking HTTP/1.1 keep-alive client for `fleet ingest` (demo traffic, `fleet bench ingest`, tests).
         .target(name: "FleetIngestClient", swiftSettings: strict),
