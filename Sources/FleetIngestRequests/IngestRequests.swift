@@ -151,11 +151,24 @@ public enum IngestRequests {
         guard let first = dotIndex(bytes, from: 0),
               let second = dotIndex(bytes, from: first + 1),
               dotIndex(bytes, from: second + 1) == nil,
-              second - first - 1 <= 256 * 1024,
-              let payload = Base64.decodeURL(UnsafeBufferPointer(rebasing: bytes[(first + 1)..<second]))
+              second - first - 1 <= 256 * 1024
         else { return nil }
-        return topLevelMember(payload, Array(claim.utf8))
+        let encoded = UnsafeBufferPointer(rebasing: bytes[(first + 1)..<second])
+        let key = Array(claim.utf8)
+        // Apple's payloads name these claims first (transactionId, notificationUUID): a prefix is decoded and scanned
+        // first, the whole payload only when the claim is not complete in it. (So a payload whose later part is not
+        // base64 can still be keyed by a claim read before that part; the workers reject it with its reason.)
+        if encoded.count > claimPrefixCharacters,
+           let head = Base64.decodeURL(UnsafeBufferPointer(rebasing: encoded[..<claimPrefixCharacters])),
+           let value = topLevelMember(head, key, truncated: true) {
+            return value
+        }
+        guard let payload = Base64.decodeURL(encoded) else { return nil }
+        return topLevelMember(payload, key)
     }
+
+    /// How much of a payload's base64 `unverifiedClaim` decodes first (a multiple of 4: 384 bytes).
+    static let claimPrefixCharacters = 512
 
     /// The index of the first `.` at or after `from`; nil when there is none.
     static func dotIndex(_ bytes: UnsafeBufferPointer<UInt8>, from: Int) -> Int? {
@@ -167,7 +180,9 @@ public enum IngestRequests {
 
     /// The value of top-level member `key` of a JSON object when it is a string (1...256 bytes of valid UTF-8, no escapes) or an
     /// integer; nil otherwise. A scan, not a validator: only used to pick a partition key from unverified input.
-    static func topLevelMember(_ b: [UInt8], _ key: [UInt8]) -> String? {
+    /// `truncated`: `b` is only the document's beginning, so a value that reaches its end is not taken (a number may
+    /// go on after it).
+    static func topLevelMember(_ b: [UInt8], _ key: [UInt8], truncated: Bool = false) -> String? {
         let quote = UInt8(ascii: "\""), backslash = UInt8(ascii: "\\")
         var i = 0
         let n = b.count
@@ -236,7 +251,7 @@ public enum IngestRequests {
                 let start = i
                 if i < n, b[i] == UInt8(ascii: "-") { i += 1 }
                 while i < n, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(b[i]) { i += 1 }
-                guard i > start, i - start <= 20, i == n || [UInt8(ascii: ","), UInt8(ascii: "}"), 0x20, 0x0A, 0x0D, 0x09].contains(b[i])
+                guard i > start, i - start <= 20, (i == n && !truncated) || (i < n && [UInt8(ascii: ","), UInt8(ascii: "}"), 0x20, 0x0A, 0x0D, 0x09].contains(b[i]))
                 else { return nil }
                 return String(decoding: b[start..<i], as: UTF8.self)
             }

@@ -49,6 +49,22 @@ struct IngestRequestTests {
         #expect(claim("...") == nil)
     }
 
+    @Test("the claim read from the payload's first 512 base64 characters is the whole payload's")
+    func claimFromThePayloadsBeginning() {
+        func jws(_ json: String) -> String { "h.\(Base64.encodeURL(Array(json.utf8))).s" }
+        let filler = ",\"filler\":\"" + String(repeating: "x", count: 1200) + "\"}"
+        func claim(_ json: String) -> String? { IngestRequests.unverifiedClaim(jws(json), "transactionId") }
+        #expect(claim("{\"transactionId\":\"2000000000000077\"" + filler) == "2000000000000077")
+        #expect(claim("{\"a\":1" + filler.dropLast() + ",\"transactionId\":\"late\"}") == "late")  // past the prefix
+        // A number or a string cut by the prefix's end is read whole from the whole payload.
+        for pad in 350...400 {
+            let lead = "{\"p\":\"" + String(repeating: "y", count: pad) + "\",\"transactionId\":"
+            #expect(claim(lead + "123456789012345678" + filler) == "123456789012345678", "pad \(pad)")
+            #expect(claim(lead + "\"abcdefghijklmnopqr\"" + filler) == "abcdefghijklmnopqr", "pad \(pad)")
+        }
+        #expect(claim("{\"transactionId\":\"a\\\"b\"" + filler) == nil)  // escapes: unkeyed, as before
+    }
+
     @Test("the usual body read without a JSON parse gives what the full parse gives, and only for that shape")
     func soleMemberFastPath() throws {
         let tx = IngestHarness.pki.sign(TestPayloads.transaction(transactionId: "2000000000000077"))
