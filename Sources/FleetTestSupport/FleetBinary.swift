@@ -114,14 +114,14 @@ public final class ChildProcess: @unchecked Sendable {
     public init(_ executable: String, _ arguments: [String], environment: [String: String]? = nil, separateStdout: Bool = false) throws {
         let base = FileManager.default.temporaryDirectory.appendingPathComponent("fleet-test-\(UUID().uuidString)")
         logFile = base.appendingPathExtension("log")
-        FileManager.default.createFile(atPath: logFile.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: logFile.path, contents: nil)
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
         if let environment { process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 } }
         let log = try FileHandle(forWritingTo: logFile)
         if separateStdout {
             let out = base.appendingPathExtension("out")
-            FileManager.default.createFile(atPath: out.path, contents: nil)
+            _ = FileManager.default.createFile(atPath: out.path, contents: nil)
             process.standardOutput = try FileHandle(forWritingTo: out)
             stdoutFile = out
         } else {

@@ -41,7 +41,7 @@ struct BindAddressTests {
         // stderr to a file, not a pipe: nobody reads a pipe while the child runs, and a child blocked on a full pipe
         // (librdkafka logs its refused connections every second) never gets to bind.
         let errorsPath = FileManager.default.temporaryDirectory.appendingPathComponent("bind-\(UUID().uuidString.prefix(8)).err")
-        FileManager.default.createFile(atPath: errorsPath.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: errorsPath.path, contents: nil)
         defer { try? FileManager.default.removeItem(at: errorsPath) }
         p.standardError = try FileHandle(forWritingTo: errorsPath)
         var env = ProcessInfo.processInfo.environment

@@ -67,7 +67,7 @@ struct IngestCommandTests {
         let pki = try TestPKI()
         let dir = try TemporaryFiles.directory("fleet-ingest-cli")
         let root = dir.appendingPathComponent("root.der").path
-        FileManager.default.createFile(atPath: root, contents: Data(pki.rootDER))
+        _ = FileManager.default.createFile(atPath: root, contents: Data(pki.rootDER))
         let port = Loopback.freePort(), metrics = Loopback.freePort()
         let p = Process()
         p.executableURL = url
@@ -75,7 +75,7 @@ struct IngestCommandTests {
                        "--root-certificate", root, "--bundle-id", TestPayloads.bundleId, "--environment", "Sandbox",
                        "--app-apple-id", String(TestPayloads.appAppleId), "--metrics-port", String(metrics), "--log-format", "text"]
         let log = dir.appendingPathComponent("ingest.log").path
-        FileManager.default.createFile(atPath: log, contents: nil)
+        _ = FileManager.default.createFile(atPath: log, contents: nil)
         p.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
         p.standardError = p.standardOutput
         var env = ProcessInfo.processInfo.environment

@@ -90,7 +90,7 @@ import Testing
         let input = dir.appendingPathComponent("input.tsv")
         try corpus.cases.map { "\($0.kind)\t\($0.jws)" }.joined(separator: "\n").write(to: input, atomically: true, encoding: .utf8)
         let output = dir.appendingPathComponent("output.txt")
-        FileManager.default.createFile(atPath: output.path, contents: nil)
+        _ = FileManager.default.createFile(atPath: output.path, contents: nil)
         let p = Process()
         p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         p.arguments = [python, script, root.path, TestPayloads.bundleId, String(TestPayloads.appAppleId), "Sandbox"]

@@ -16,7 +16,7 @@ enum TestPaths {
         let dir = (try? TemporaryFiles.directory("fleet-worker-tests"))
             ?? FileManager.default.temporaryDirectory.appendingPathComponent("fleet-worker-tests-\(UUID().uuidString)")
         let path = dir.appendingPathComponent(name).path
-        FileManager.default.createFile(atPath: path, contents: Data(bytes))
+        _ = FileManager.default.createFile(atPath: path, contents: Data(bytes))
         return path
     }
 }
