@@ -16,9 +16,9 @@ enum IngestHTTP {
         case failed
     }
 
-    /// Reads the whole body, refusing (without reading further) at `limit` bytes. The deadline is the connection's
-    /// (`RequestDeadlineHandler`): when the client has not sent the whole body in time, the connection is closed and
-    /// the read ends with `RequestDeadlineExceeded`.
+    /// Reads the whole body, refusing (without reading further) at `limit` bytes. The deadline is kept by the
+    /// connection's `RequestDeadlineHandler`: when the client has not sent the whole body in time, the read ends with
+    /// `RequestDeadlineExceeded` (`.timedOut`: the caller answers 408 and closes the connection).
     static func readBody(_ request: Request, limit: Int) async -> BodyRead {
         if let declared = request.headers[.contentLength].flatMap({ Int($0) }), declared > limit { return .tooLarge }
         var out = [UInt8]()
