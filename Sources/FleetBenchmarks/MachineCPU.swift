@@ -18,12 +18,12 @@ struct MachineCPU: Sendable {
         return MachineCPU(idle: ticks[3] + ticks[4], total: ticks[0..<8].reduce(0, +))
     }
 
-    /// CPU seconds the machine spent busy (every core together) between `from` and `to`; nil under the same
-    /// conditions as `idlePercent`.
+    /// CPU seconds the machine spent busy (every core together) between `from` and `to`; nil when either sample is
+    /// missing or the busy ticks went backwards. Read from the busy ticks alone (`total - idle`, counters that only
+    /// grow), so iowait going backwards, which the kernel allows, changes nothing.
     static func busySeconds(from: MachineCPU?, to: MachineCPU?) -> Double? {
-        guard let from, let to, to.total > from.total, to.idle >= from.idle, to.total - from.total >= to.idle - from.idle
-        else { return nil }
-        return Double((to.total - from.total) - (to.idle - from.idle)) / Double(sysconf(Int32(_SC_CLK_TCK)))
+        guard let from, let to, to.total - to.idle >= from.total - from.idle else { return nil }
+        return Double((to.total - to.idle) - (from.total - from.idle)) / Double(sysconf(Int32(_SC_CLK_TCK)))
     }
 
     /// The share of the machine left idle between `from` and `to`, in percent (one decimal); nil when either sample

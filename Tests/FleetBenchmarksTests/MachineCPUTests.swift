@@ -37,4 +37,15 @@ import Testing
         #expect(waited != nil && waited! >= 0)
         #expect(processRunQueueSeconds(pid: Int32.max) == nil, "no such process")
     }
+
+    @Test func busySecondsCountTheBusyTicksEvenWhenIowaitGoesBackwards() {
+        let hz = Double(sysconf(Int32(_SC_CLK_TCK)))
+        let from = MachineCPU(idle: 1_000, total: 5_000)
+        #expect(MachineCPU.busySeconds(from: from, to: MachineCPU(idle: 1_050, total: 6_000)) == 950 / hz)
+        // iowait (part of idle and of total) fell by 20 ticks while 300 busy ticks passed.
+        #expect(MachineCPU.busySeconds(from: from, to: MachineCPU(idle: 980, total: 5_280)) == 300 / hz)
+        #expect(MachineCPU.busySeconds(from: from, to: from) == 0)
+        #expect(MachineCPU.busySeconds(from: nil, to: from) == nil)
+        #expect(MachineCPU.busySeconds(from: from, to: MachineCPU(idle: 1_000, total: 4_000)) == nil)
+    }
 }
