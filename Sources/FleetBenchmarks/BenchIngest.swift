@@ -85,30 +85,45 @@ public struct BenchIngest: Sendable {
             checks["paced_p99_target_met"] = paced.p99 < 50 && paced.failures == 0
         }
         if only != .notifications {
-            // The reference, single-thread verify, is measured right before and right after the phase (1.5 s each, the
-            // same chain cache) and averaged, so that a change of the shared machine's speed during the run moves both.
+            // The reference, single-thread verify, is interleaved with the phase: the phase runs as 1 s segments (wrk
+            // restarted for each), with a 0.5 s reference before the first and after every segment (the same chain
+            // cache). Each segment is held against the mean of the two references around it, so that a change of the
+            // shared machine's speed moves both: here the machine's speed moves by up to 40 % within seconds, and one
+            // reference before and one after a 5 s phase (until 2026-12-06) left the ratio to that noise.
             let workload = try VerifyBenchmark.Workload(), referenceCache = ChainCache()
-            let verifyBefore = VerifyBenchmark.transactionsPerSecond(workload: workload, seconds: 1.5, threads: 1, cache: referenceCache)
-            let txMachine = MachineCPU.sample(), txProcess = processCPUSeconds(pid: getpid()) ?? 0
-            let tx = try await load.run(path: "/v1/transactions", bodies: transactions)
-            let txMachineEnd = MachineCPU.sample(), txProcessEnd = processCPUSeconds(pid: getpid()) ?? 0
-            let verifyAfter = VerifyBenchmark.transactionsPerSecond(workload: workload, seconds: 1.5, threads: 1, cache: referenceCache)
-            let reference = (verifyBefore + verifyAfter) / 2
-            let txRatio = tx.perSecond / max(1, reference)
-            // CPU per acknowledged transaction in that phase: the whole machine's (server, mock cluster, wrk, kernel),
-            // and this process's alone (the server with its verifier pool and producer, and the in-process mock
-            // cluster). Throughput on a saturated machine is 2 cores / the first.
-            let txRequests = max(1, tx.perSecond * Double(seconds))
-            let txMachineBusy = MachineCPU.busySeconds(from: txMachine, to: txMachineEnd) ?? 0
+            func reference() -> Double {
+                VerifyBenchmark.transactionsPerSecond(workload: workload, seconds: 0.5, threads: 1, cache: referenceCache)
+            }
+            var references = [reference()]
+            var segments: [LoadResult] = []
+            var machineBusy = 0.0, processBusy = 0.0, machineIdle: [Double] = []
+            for _ in 0..<max(1, seconds) {
+                let machine = MachineCPU.sample(), process = processCPUSeconds(pid: getpid()) ?? 0
+                segments.append(try await load.run(path: "/v1/transactions", bodies: transactions, seconds: 1))
+                let machineEnd = MachineCPU.sample(), processEnd = processCPUSeconds(pid: getpid()) ?? 0
+                machineBusy += MachineCPU.busySeconds(from: machine, to: machineEnd) ?? 0
+                processBusy += processEnd - process
+                if let idle = MachineCPU.idlePercent(from: machine, to: machineEnd) { machineIdle.append(idle) }
+                references.append(reference())
+            }
+            let tx = TransactionsPhase(segments: segments, references: references)
+            // CPU per acknowledged transaction in the segments: the whole machine's (server, mock cluster, wrk,
+            // kernel), and this process's alone (the server with its verifier pool and producer, and the in-process
+            // mock cluster). Throughput on a saturated machine is 2 cores / the first.
+            let txRequests = max(1, tx.acknowledged)
             out.merge([
                 "transactions_per_s": r(tx.perSecond), "transactions_p99_ms": r(tx.p99, 100), "transactions_non_200": tx.failures,
-                "transactions_machine_cpu_us_per_request": r(txMachineBusy / txRequests * 1e6),
-                "transactions_process_cpu_us_per_request": r((txProcessEnd - txProcess) / txRequests * 1e6),
-                "transactions_machine_idle_percent": MachineCPU.idlePercent(from: txMachine, to: txMachineEnd) ?? -1,
-                "single_thread_verify_transactions_per_s": r(reference),
-                "single_thread_verify_before_after": [r(verifyBefore), r(verifyAfter)],
-                "transactions_vs_single_thread_verify": r(txRatio, 1000),
+                "transactions_segments": segments.count,
+                "transactions_segments_per_s": segments.map { r($0.perSecond) },
+                "transactions_machine_cpu_us_per_request": r(machineBusy / txRequests * 1e6),
+                "transactions_process_cpu_us_per_request": r(processBusy / txRequests * 1e6),
+                "transactions_machine_idle_percent": machineIdle.isEmpty ? -1 : r(machineIdle.reduce(0, +) / Double(machineIdle.count)),
+                "single_thread_verify_transactions_per_s": r(tx.reference),
+                "single_thread_verify_before_after": [r(references.first!), r(references.last!)],
+                "single_thread_verify_references": references.map { r($0) },
+                "transactions_vs_single_thread_verify": r(tx.ratio, 1000),
             ]) { $1 }
+            let txRatio = tx.ratio
             checks["transactions_target_met"] = txRatio >= 0.8 && tx.failures == 0
         }
 
@@ -147,6 +162,32 @@ struct LoadResult {
     var p50: Double
     var p99: Double
     var failures: Int
+    /// The phase's measured length in seconds.
+    var seconds: Double
+}
+
+/// `/v1/transactions` in segments, each with the single-thread references measured right before and right after it
+/// (`references` has one more element than `segments`).
+struct TransactionsPhase {
+    let segments: [LoadResult]
+    let references: [Double]
+
+    var acknowledged: Double { segments.reduce(0) { $0 + $1.perSecond * $1.seconds } }
+    var duration: Double { segments.reduce(0) { $0 + $1.seconds } }
+    var perSecond: Double { acknowledged / max(duration, 1e-9) }
+    var failures: Int { segments.reduce(0) { $0 + $1.failures } }
+    /// The slowest segment's p99 (wrk's percentiles cannot be merged).
+    var p99: Double { segments.map(\.p99).max() ?? 0 }
+    /// Single-thread verifications the same time would have given: each segment's length times the mean of the
+    /// references around it.
+    var expected: Double {
+        zip(segments.indices, segments).reduce(0) { sum, s in
+            sum + s.1.seconds * (references[s.0] + references[min(s.0 + 1, references.count - 1)]) / 2
+        }
+    }
+    /// The reference rate over the segments' time.
+    var reference: Double { expected / max(duration, 1e-9) }
+    var ratio: Double { acknowledged / max(expected, 1) }
 }
 
 /// Drives the server with wrk (Lua script rotating the bodies) or with keep-alive threads.
@@ -156,22 +197,24 @@ struct LoadRunner {
     let seconds: Int
     let wrk: String?
 
-    func run(path: String, bodies: [[UInt8]]?) async throws -> LoadResult {
+    /// Drives `path` for `seconds` (the runner's own length when nil).
+    func run(path: String, bodies: [[UInt8]]?, seconds: Int? = nil) async throws -> LoadResult {
+        let seconds = seconds ?? self.seconds
         if let wrk {
             // wrk blocks while it runs: on its own thread, never on the pool that serves the in-process server.
             let result: Result<LoadResult, any Error> = await withCheckedContinuation { c in
-                Thread { c.resume(returning: Result { try self.runWrk(wrk, path: path, bodies: bodies) }) }.start()
+                Thread { c.resume(returning: Result { try self.runWrk(wrk, path: path, bodies: bodies, seconds: seconds) }) }.start()
             }
             return try result.get()
         }
-        return try await runThreads(path: path, bodies: bodies, ratePerSecond: nil)
+        return try await runThreads(path: path, bodies: bodies, ratePerSecond: nil, seconds: seconds)
     }
 
     func paced(path: String, bodies: [[UInt8]], ratePerSecond: Double) async throws -> LoadResult {
-        try await runThreads(path: path, bodies: bodies, ratePerSecond: ratePerSecond)
+        try await runThreads(path: path, bodies: bodies, ratePerSecond: ratePerSecond, seconds: seconds)
     }
 
-    private func runThreads(path: String, bodies: [[UInt8]]?, ratePerSecond: Double?) async throws -> LoadResult {
+    private func runThreads(path: String, bodies: [[UInt8]]?, ratePerSecond: Double?, seconds: Int) async throws -> LoadResult {
         let deadline = Date().addingTimeInterval(Double(seconds))
         let port = self.port
         let n = connections
@@ -215,10 +258,11 @@ struct LoadRunner {
         let ok = results.reduce(0) { $0 + $1.1 }
         let bad = results.reduce(0) { $0 + $1.2 }
         func pct(_ p: Double) -> Double { lat.isEmpty ? 0 : lat[min(lat.count - 1, Int(Double(lat.count) * p))] }
-        return LoadResult(perSecond: Double(ok) / Double(seconds), p50: pct(0.5), p99: pct(0.99), failures: bad)
+        return LoadResult(perSecond: Double(ok) / Double(seconds), p50: pct(0.5), p99: pct(0.99), failures: bad,
+                          seconds: Double(seconds))
     }
 
-    private func runWrk(_ wrk: String, path: String, bodies: [[UInt8]]?) throws -> LoadResult {
+    private func runWrk(_ wrk: String, path: String, bodies: [[UInt8]]?, seconds: Int) throws -> LoadResult {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("fleet-bench-ingest-\(UUID().uuidString.prefix(8))")
         try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(at: dir) }
@@ -270,6 +314,7 @@ struct LoadRunner {
         guard f.count == 5, f[4] > 0 else { throw ValidationError("unreadable wrk summary: \(line)") }
         // requests, errors (non-2xx/3xx and socket errors), p50 us, p99 us, duration us
         let good = max(0, f[0] - f[1])
-        return LoadResult(perSecond: good / (f[4] / 1e6), p50: f[2] / 1000, p99: f[3] / 1000, failures: Int(f[1]))
+        return LoadResult(perSecond: good / (f[4] / 1e6), p50: f[2] / 1000, p99: f[3] / 1000, failures: Int(f[1]),
+                          seconds: f[4] / 1e6)
     }
 }

@@ -150,8 +150,9 @@ struct BenchIngestCommand: AsyncParsableCommand {
             Runs an embedded Kafka cluster and `fleet ingest` in this process, then loads it on loopback (client \
             included on the same machine): the same server's GET /healthz rate (reference), POST /apple/notifications \
             at full speed (notifications_per_s, p50/p99), the same at half that rate (paced_p99_ms), POST \
-            /v1/transactions (verified inline) beside the single-thread verify rate of `fleet bench verify`, measured \
-            1.5 s before and 1.5 s after that phase and averaged, with the CPU each transaction cost the machine and \
+            /v1/transactions (verified inline) beside the single-thread verify rate of `fleet bench verify`: that \
+            phase runs as 1 s segments, with a 0.5 s reference before the first and after each one, and every segment \
+            is held against the mean of the references around it (single_thread_verify_references), with the CPU each transaction cost the machine and \
             this process (transactions_machine_cpu_us_per_request, transactions_process_cpu_us_per_request). Uses wrk \
             (Debian package `wrk`) for the full-speed phases when it is on PATH, else built-in keep-alive threads. \
             Targets: notifications_per_s >= 5000, paced_p99_ms < 50, transactions_vs_single_thread_verify >= 0.8. \
