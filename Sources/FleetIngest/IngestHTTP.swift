@@ -3,6 +3,7 @@ import FleetOperations
 import Foundation
 import Hummingbird
 import NIOCore
+import NIOHTTPTypes
 import Synchronization
 
 /// The HTTP mechanics of `fleet ingest`: admission (in-flight bound), content type, the size bound, the body
@@ -19,8 +20,10 @@ enum IngestHTTP {
     /// Reads the whole body, refusing (without reading further) at `limit` bytes. The deadline is kept by the
     /// connection's `RequestDeadlineHandler`: when the client has not sent the whole body in time, the read ends with
     /// `RequestDeadlineExceeded` (`.timedOut`: the caller answers 408 and closes the connection).
-    static func readBody(_ request: Request, limit: Int) async -> BodyRead {
+    /// A client waiting for `100 Continue` gets it from here, once the declared length is known to fit.
+    static func readBody(_ request: Request, limit: Int, channel: any Channel) async -> BodyRead {
         if let declared = request.headers[.contentLength].flatMap({ Int($0) }), declared > limit { return .tooLarge }
+        continueIfExpected(request, channel: channel)
         var out = [UInt8]()
         do {
             for try await chunk in request.body {
@@ -44,11 +47,31 @@ enum IngestHTTP {
     /// before reading (most HTTP libraries) get the answer instead of a connection reset; larger or unbounded
     /// (chunked) bodies are not read at all.
     static func closeUnread(_ request: Request) -> Bool {
+        // A client waiting for `100 Continue` has not sent the body: there is nothing to discard, and whether it sends
+        // the body or the next request now is its choice (RFC 9110, 10.1.1). Closing keeps the two apart.
+        if expectsContinue(request) { return true }
         if let declared = request.headers[.contentLength] {
             guard let n = Int(declared) else { return true }
             return n > drainCap
         }
         return request.headers[.transferEncoding] != nil
+    }
+
+    /// Whether the client waits for `100 Continue` before it sends the body (`Expect: 100-continue`, RFC 9110,
+    /// 10.1.1). curl, .NET, Java's and many other HTTP stacks send it on larger bodies; unanswered, each such request
+    /// waits out the client's own timeout (curl: 1 s) before its body is sent. HTTP/1.0 requests never get here with
+    /// it (`HTTP10ExpectationFilter`).
+    static func expectsContinue(_ request: Request) -> Bool {
+        guard let expect = request.headers[.expect] else { return false }
+        return expect.split(separator: ",").contains { $0.trimmingCharacters(in: .whitespaces).lowercased() == "100-continue" }
+    }
+
+    /// Asks the client for the body (`100 Continue`) when it waits for that, right before the body is read: a request
+    /// refused before (401, 413 by its declared length, 415, 503) gets only its final answer (with `Connection:
+    /// close`, `closeUnread`), and its body is never sent.
+    static func continueIfExpected(_ request: Request, channel: any Channel) {
+        guard expectsContinue(request) else { return }
+        channel.writeAndFlush(HTTPResponsePart.head(HTTPResponse(status: .continue)), promise: nil)
     }
 
     /// JSON content types: `application/json` (any parameters) and `application/*+json`. A missing header is

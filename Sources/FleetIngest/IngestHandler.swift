@@ -94,7 +94,7 @@ struct IngestHandler: Sendable {
                                     close: IngestHTTP.closeUnread(request), channel: channel)
         }
         let body: [UInt8]
-        switch await IngestHTTP.readBody(request, limit: configuration.maxBodyBytes) {
+        switch await IngestHTTP.readBody(request, limit: configuration.maxBodyBytes, channel: channel) {
         case .body(let b): body = b
         case .tooLarge:
             bad(endpoint, "too_large")

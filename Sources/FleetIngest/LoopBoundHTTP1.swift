@@ -3,6 +3,7 @@ import Hummingbird
 import HummingbirdCore
 import Logging
 import NIOCore
+import NIOHTTP1
 
 /// Hummingbird's HTTP/1.1 child channel, with each connection's task run on the connection's own event loop.
 ///
@@ -17,7 +18,12 @@ struct LoopBoundHTTP1Channel: ServerChildChannel {
     let base: HTTP1Channel
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
-        base.setup(channel: channel, logger: logger)
+        base.setup(channel: channel, logger: logger).flatMapThrowing { value in
+            // Right after the HTTP/1 decoder: before the conversion to HTTP types, which drops the request's version.
+            let decoder = try channel.pipeline.syncOperations.handler(type: ByteToMessageHandler<HTTPRequestDecoder>.self)
+            try channel.pipeline.syncOperations.addHandler(HTTP10ExpectationFilter(), position: .after(decoder))
+            return value
+        }
     }
 
     func handle(value: Value, logger: Logger) async {
@@ -31,5 +37,22 @@ extension HTTPServerBuilder {
     /// `.http1(configuration:)` with each connection's task on its own event loop (`LoopBoundHTTP1Channel`).
     static func loopBoundHTTP1(configuration: HTTP1Channel.Configuration) -> HTTPServerBuilder {
         .init { responder in LoopBoundHTTP1Channel(base: HTTP1Channel(responder: responder, configuration: configuration)) }
+    }
+}
+
+/// Drops the `Expect` field of HTTP/1.0 requests: a server must ignore a 100-continue expectation in an HTTP/1.0
+/// request (RFC 9110, 10.1.1), and an HTTP/1.0 client may not understand a `100 Continue`. HTTP types carry no version,
+/// so this is decided here, before Hummingbird's conversion; `IngestHTTP.continueIfExpected` answers the rest.
+final class HTTP10ExpectationFilter: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias InboundOut = HTTPServerRequestPart
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        if case .head(var head) = unwrapInboundIn(data), head.version.major == 1, head.version.minor == 0, head.headers.contains(name: "expect") {
+            head.headers.remove(name: "expect")
+            context.fireChannelRead(wrapInboundOut(.head(head)))
+            return
+        }
+        context.fireChannelRead(data)
     }
 }

@@ -124,7 +124,8 @@ public final class HTTPConnection {
         try request("POST", path, headers: [("Content-Type", "application/json")] + headers, body: body)
     }
 
-    /// Reads one response (Content-Length framed, or until the server closes).
+    /// Reads one response (Content-Length framed, or until the server closes). An interim 1xx answer is returned as
+    /// a response of its own, without a body.
     public func readResponse() throws(HTTPClientError) -> HTTPResult {
         guard fd >= 0 else { throw .closed }
         var headerEnd: Int?
@@ -147,6 +148,8 @@ public final class HTTPConnection {
             headers.append((String(line[..<colon]), line[line.index(after: colon)...].trimmingCharacters(in: " \t")))
         }
         var result = HTTPResult(status: status, headers: headers, body: [])
+        // An interim answer (`100 Continue`) has no body; the final answer follows as the next response.
+        if (100..<200).contains(status) && status != 101 { return result }
         if let lengthText = result.header("Content-Length") {
             guard let length = Int(lengthText) else { close(); throw .malformed("Content-Length '\(lengthText)'") }
             while buffer.count < length {

@@ -195,6 +195,59 @@ struct IngestEndpointTests {
         await h.stop()
     }
 
+    @Test("Expect: 100-continue: 100 before the body is sent; a request refused first gets only its answer and is closed; HTTP/1.0 ignores it")
+    func expectContinue() async throws {
+        let h = try await IngestHarness()
+        let pki = IngestHarness.pki
+        let body = Array("{\"signedTransaction\":\"\(pki.sign(TestPayloads.transaction()))\"}".utf8)
+        @Sendable func head(_ path: String, version: String = "1.1", type: String = "application/json", length: Int, expect: String = "100-Continue") -> [UInt8] {
+            Array("POST \(path) HTTP/\(version)\r\nHost: x\r\nContent-Type: \(type)\r\nContent-Length: \(length)\r\nExpect: \(expect)\r\n\r\n".utf8)
+        }
+        let (r, stillOpen) = try await onThread { () -> ([String: HTTPResult], [String: Bool]) in
+            var out: [String: HTTPResult] = [:], open: [String: Bool] = [:]
+            // The head alone: the server asks for the body (the client would wait 1 s or more otherwise), then answers.
+            let c = try h.connect()
+            try c.send(raw: head(Self.transactions, length: body.count))
+            out["interim"] = try c.readResponse()
+            try c.send(raw: body)
+            out["final"] = try c.readResponse()
+            // The connection is kept: the next request on it is served.
+            out["next"] = try c.postJSON(Self.transactions, body)
+            // Refused before the body is read: only the final answer, and the connection is closed (the body never came).
+            let wrongType = try h.connect()
+            try wrongType.send(raw: head(Self.transactions, type: "text/plain", length: body.count))
+            out["wrongType"] = try wrongType.readResponse()
+            open["wrongType"] = wrongType.isOpen
+            let huge = try h.connect()
+            try huge.send(raw: head(Self.notifications, length: 5 * 1024 * 1024, expect: "100-continue"))
+            out["huge"] = try huge.readResponse()
+            open["huge"] = huge.isOpen
+            // HTTP/1.0: the expectation is ignored; the body sent after a pause gets the final answer, with nothing before it.
+            let old = try h.connect()
+            try old.send(raw: head(Self.transactions, version: "1.0", length: body.count))
+            Thread.sleep(forTimeInterval: 0.5)
+            try old.send(raw: body)
+            out["http10"] = try old.readResponse()
+            return (out, open)
+        }
+        #expect(r["interim"]?.status == 100)
+        #expect(r["interim"]?.body.isEmpty == true)
+        #expect(r["final"]?.status == 200, "\(r["final"]?.text ?? "")")
+        #expect(r["final"].map { json($0)["verdict"] as? String } == "verified")
+        #expect(r["next"]?.status == 200)
+        #expect(r["wrongType"]?.status == 415)
+        #expect(r["wrongType"]?.header("Connection") == "close")
+        #expect(stillOpen["wrongType"] == false)
+        #expect(r["huge"]?.status == 413)
+        #expect(r["huge"].map { json($0)["error"] as? String } == "too_large")
+        #expect(r["huge"]?.header("Connection") == "close")
+        #expect(stillOpen["huge"] == false)
+        #expect(r["http10"]?.status == 200, "HTTP/1.0 got \(String(describing: r["http10"]?.status)) first")
+        let messages = try await h.read(atLeast: 3, timeout: .seconds(10))
+        #expect(messages.count == 3, "the three whole transactions are published, nothing else")
+        await h.stop()
+    }
+
     @Test("a slow client is cut off at the request deadline (408, then closed); others are served meanwhile; nothing published")
     func slowClient() async throws {
         let h = try await IngestHarness { $0.requestTimeout = .seconds(2) }
