@@ -85,6 +85,14 @@ enum IngestHTTP {
         return media == "application/json" || (media.hasPrefix("application/") && media.hasSuffix("+json"))
     }
 
+    /// `Content-Encoding: identity` (or empty) is the body as is; anything else (gzip, br, ...) is not accepted (415).
+    static func isIdentity(_ contentEncoding: String) -> Bool {
+        contentEncoding.split(separator: ",").allSatisfy {
+            let c = $0.trimmingCharacters(in: .whitespaces).lowercased()
+            return c.isEmpty || c == "identity"
+        }
+    }
+
     /// Constant-time comparison of `Authorization: Bearer <token>` with the configured token.
     static func authorized(_ header: String?, token: [UInt8]) -> Bool {
         guard let header, header.count > 7, header.prefix(7).lowercased() == "bearer " else { return false }

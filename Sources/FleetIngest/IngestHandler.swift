@@ -93,6 +93,13 @@ struct IngestHandler: Sendable {
                                     detail: "Content-Type must be application/json, got \(request.headers[.contentType] ?? "")",
                                     close: IngestHTTP.closeUnread(request), channel: channel)
         }
+        if let coding = request.headers[.contentEncoding], !IngestHTTP.isIdentity(coding) {
+            // A compressed body would be published as it came and fail as "not JSON" everywhere after: say why here.
+            bad(endpoint, "unsupported_content_encoding")
+            return IngestHTTP.error(.unsupportedMediaType, reason: "unsupported_content_encoding",
+                                    detail: "Content-Encoding \(coding) is not accepted; send the JSON body uncompressed",
+                                    close: IngestHTTP.closeUnread(request), channel: channel)
+        }
         let body: [UInt8]
         switch await IngestHTTP.readBody(request, limit: configuration.maxBodyBytes, channel: channel) {
         case .body(let b): body = b

@@ -36,7 +36,7 @@ struct IngestEndpointTests {
         await h.stop()
     }
 
-    @Test("bad input: 400 with a reason, 413, 415, 405; nothing published; the server keeps serving")
+    @Test("bad input: 400 with a reason, 413, 415 (type or encoding), 405; nothing published; the server keeps serving")
     func badInput() async throws {
         let h = try await IngestHarness()
         let pki = IngestHarness.pki
@@ -88,6 +88,10 @@ struct IngestEndpointTests {
             var out: [Int] = []
             out.append(try h.connect().request("POST", Self.notifications, headers: [("Content-Type", "text/plain")], body: good).status)
             out.append(try h.connect().request("POST", Self.notifications, headers: [("Content-Type", "application/x-www-form-urlencoded")], body: good).status)
+            let gzip = try h.connect().request("POST", Self.notifications, headers: [("Content-Type", "application/json"), ("Content-Encoding", "gzip")], body: good)
+            out.append(gzip.status)
+            out.append(json(gzip)["error"] as? String == "unsupported_content_encoding" ? 1 : 0)
+            out.append(try h.connect().request("POST", Self.notifications, headers: [("Content-Type", "application/json"), ("Content-Encoding", "identity")], body: Array("[]".utf8)).status)
             let get = try h.connect().request("GET", Self.notifications)
             out.append(get.status)
             out.append(get.header("Allow") == "POST" ? 1 : 0)
@@ -115,7 +119,7 @@ struct IngestEndpointTests {
             out.append(status)
             return out
         }
-        #expect(other == [415, 415, 405, 1, 413, 400, 413, 1, 413], "\(other)")
+        #expect(other == [415, 415, 415, 1, 400, 405, 1, 413, 400, 413, 1, 413], "\(other)")
         // Still serving; exactly the one good body reached the topic.
         let ok = try await onThread { try h.connect().postJSON(Self.notifications, good).status }
         #expect(ok == 200)
