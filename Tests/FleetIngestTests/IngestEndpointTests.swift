@@ -252,6 +252,32 @@ struct IngestEndpointTests {
         await h.stop()
     }
 
+    @Test("pipelined requests in one write are answered in order, each after its own delivery report")
+    func pipelined() async throws {
+        let h = try await IngestHarness()
+        let pki = IngestHarness.pki
+        let note = notificationBody(pki.signNotification(type: .test))
+        let tx = Array("{\"signedTransaction\":\"\(pki.sign(TestPayloads.transaction()))\"}".utf8)
+        func post(_ path: String, _ body: [UInt8]) -> [UInt8] {
+            Array("POST \(path) HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: \(body.count)\r\n\r\n".utf8) + body
+        }
+        let wire = post(Self.transactions, tx) + Array("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n".utf8)
+            + post(Self.notifications, Array("nope".utf8)) + post(Self.notifications, note)
+        let answers = try await onThread { () -> [HTTPResult] in
+            let c = try h.connect()
+            try c.send(raw: wire)
+            return try (0..<4).map { _ in try c.readResponse() }
+        }
+        #expect(answers.map(\.status) == [200, 200, 400, 200])
+        #expect(json(answers[0])["verdict"] as? String == "verified")
+        #expect(answers[1].text == "ok\n")
+        #expect(json(answers[2])["error"] as? String == "not_json")
+        #expect(json(answers[3])["status"] as? String == "accepted")
+        let messages = try await h.read(atLeast: 2, timeout: .seconds(10))
+        #expect(messages.count == 2)
+        await h.stop()
+    }
+
     @Test("a slow client is cut off at the request deadline (408, then closed); others are served meanwhile; nothing published")
     func slowClient() async throws {
         let h = try await IngestHarness { $0.requestTimeout = .seconds(2) }
