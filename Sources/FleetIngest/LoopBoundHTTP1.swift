@@ -20,8 +20,11 @@ struct LoopBoundHTTP1Channel: ServerChildChannel {
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
         base.setup(channel: channel, logger: logger).flatMapThrowing { value in
             // Right after the HTTP/1 decoder: before the conversion to HTTP types, which drops the request's version.
-            let decoder = try channel.pipeline.syncOperations.handler(type: ByteToMessageHandler<HTTPRequestDecoder>.self)
-            try channel.pipeline.syncOperations.addHandler(HTTP10ExpectationFilter(), position: .after(decoder))
+            // (Should a later Hummingbird build its pipeline without that decoder, connections still open; the
+            // `expectContinue` test would say so.)
+            if let decoder = try? channel.pipeline.syncOperations.handler(type: ByteToMessageHandler<HTTPRequestDecoder>.self) {
+                try channel.pipeline.syncOperations.addHandler(HTTP10ExpectationFilter(), position: .after(decoder))
+            }
             return value
         }
     }
