@@ -11,7 +11,8 @@ import NIOHTTP1
 /// task on the cooperative pool, so every request crossed threads several times: the loop hands the request to the
 /// pool, the pool hands the answer back to the loop. Here that task prefers the connection's loop as its executor: it
 /// moves there once, when the connection opens. Blocking work still never runs on a loop: verification has its own
-/// thread pool (`IngestHandler.verifiers`), and the delivery report resumes the request on its loop.
+/// thread pool (`IngestHandler.verifiers`), and the delivery report resumes the request on its loop. Its pipeline
+/// also has `HTTP10ExpectationFilter`, right after NIO's HTTP/1 decoder.
 struct LoopBoundHTTP1Channel: ServerChildChannel {
     typealias Value = HTTP1Channel.Value
 
