@@ -316,13 +316,18 @@ public struct EntitlementMapper: Sendable {
         var material = [UInt8]()
         material.reserveCapacity(160 + key.utf8.count)
         material.append(contentsOf: "entitlement-event/v1".utf8)
-        for field in [e.kind, e.effect.rawValue, e.environment, key, e.productId ?? "", e.transactionId ?? "",
-                      e.originalTransactionId ?? ""] {
+        func field(_ s: String) {
             material.append(UInt8(ascii: "|"))
-            material.append(contentsOf: field.utf8)
+            material.append(contentsOf: s.utf8)
         }
-        material.append(UInt8(ascii: "|"))
-        material.append(contentsOf: String(e.signedDate).utf8)
+        field(e.kind)
+        field(e.effect.rawValue)
+        field(e.environment)
+        field(key)
+        field(e.productId ?? "")
+        field(e.transactionId ?? "")
+        field(e.originalTransactionId ?? "")
+        field(String(e.signedDate))
         let digest = SHA256.hash(data: material)
         // 16 bytes as 32 lowercase hex digits, written straight into the string's storage.
         e.eventId = digest.withUnsafeBytes { bytes in
