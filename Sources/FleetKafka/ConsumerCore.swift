@@ -256,22 +256,34 @@ final class ConsumerCore: RDKafkaClientOwner {
     func markProcessed(_ items: [(TopicPartition, Int64)]) {
         state.withLock { s in
             guard !s.handleGone else { return }
-            let advances = s.complete(items)
-            guard !advances.isEmpty else { return }
-            // Stored under the lock so concurrent completions can never store an older offset after a newer one.
-            let (failures, overall) = handle.storeOffsets(advances)
-            for (tp, error) in failures {
-                if s.storeFailed(tp, error) {
-                    logger.warning("offsets_store failed", metadata: ["partition": "\(tp)", "error": "\(error.name)"])
-                } else {
-                    logger.notice("offsets_store refused: partition not assigned in librdkafka right now; offset not stored", metadata: [
-                        "partition": "\(tp)", "offset": "\(advances[tp] ?? -1)",
-                    ])
-                }
+            store(s.complete(items), &s)
+        }
+    }
+
+    /// `markProcessed` for whole messages (a batch as handed out), without building a list of pairs first.
+    func markProcessed(messages: [KafkaMessage]) {
+        state.withLock { s in
+            guard !s.handleGone else { return }
+            store(s.complete(offsetsOf: messages), &s)
+        }
+    }
+
+    /// Under the state lock: stores the advanced offsets in librdkafka.
+    private func store(_ advances: [TopicPartition: Int64], _ s: inout ConsumerState) {
+        guard !advances.isEmpty else { return }
+        // Stored under the lock so concurrent completions can never store an older offset after a newer one.
+        let (failures, overall) = handle.storeOffsets(advances)
+        for (tp, error) in failures {
+            if s.storeFailed(tp, error) {
+                logger.warning("offsets_store failed", metadata: ["partition": "\(tp)", "error": "\(error.name)"])
+            } else {
+                logger.notice("offsets_store refused: partition not assigned in librdkafka right now; offset not stored", metadata: [
+                    "partition": "\(tp)", "offset": "\(advances[tp] ?? -1)",
+                ])
             }
-            if let overall, overall.code != KafkaErrorCode.state {
-                logger.debug("offsets_store", metadata: ["error": "\(overall.name)"])
-            }
+        }
+        if let overall, overall.code != KafkaErrorCode.state {
+            logger.debug("offsets_store", metadata: ["error": "\(overall.name)"])
         }
     }
 

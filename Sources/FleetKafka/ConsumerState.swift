@@ -110,6 +110,20 @@ struct ConsumerState {
         return advances
     }
 
+    /// `complete` for the messages' offsets: one tracker access per run of one partition (batches come in such runs).
+    mutating func complete(offsetsOf messages: [KafkaMessage]) -> [TopicPartition: Int64] {
+        var advances: [TopicPartition: Int64] = [:]
+        var i = messages.startIndex
+        while i < messages.endIndex {
+            let tp = messages[i].topicPartition
+            var j = i + 1
+            while j < messages.endIndex, messages[j].partition == tp.partition, messages[j].topic == tp.topic { j += 1 }
+            if let next = trackers[tp]?.complete(messages[i..<j].lazy.map(\.offset)) { advances[tp] = next }
+            i = j
+        }
+        return advances
+    }
+
     /// librdkafka refused to store an offset. `_STATE` (librdkafka does not consider the partition assigned right now)
     /// changes nothing here: our assignment follows the rebalance callback only, and a revoke under way arrives there.
     /// Dropping the partition here instead desynchronised the two views (librdkafka kept fetching it and every message

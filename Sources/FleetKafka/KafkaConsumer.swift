@@ -44,8 +44,13 @@ public final class KafkaConsumer: Sendable {
     }
 
     /// Batch form: one offsets_store call for all partitions that advanced.
+    public func markProcessed(_ messages: [KafkaMessage]) {
+        core.markProcessed(messages: messages)
+    }
+
+    /// Batch form for any sequence of messages.
     public func markProcessed(_ messages: some Sequence<KafkaMessage>) {
-        core.markProcessed(messages.map { ($0.topicPartition, $0.offset) })
+        core.markProcessed(messages: Array(messages))
     }
 
     /// Partitions currently assigned to this member.

@@ -30,6 +30,13 @@ struct OffsetTracker: Sendable {
     /// advanced, nil otherwise (an unknown or already finished offset changes nothing).
     mutating func complete(_ offset: Int64) -> Int64? {
         guard head < pending.count, offset >= pending[head], offset <= pending[pending.count - 1] else { return nil }
+        // In-order completion, the usual case: the head itself, nothing finished out of order behind it.
+        if offset == pending[head], done.isEmpty {
+            head += 1
+            compact()
+            stored = offset + 1
+            return offset + 1
+        }
         // Binary search: only offsets that were actually handed out count.
         var lo = head, hi = pending.count - 1
         var found = false
@@ -45,6 +52,19 @@ struct OffsetTracker: Sendable {
             advanced = pending[head] + 1
             head += 1
         }
+        compact()
+        if let advanced { stored = advanced }
+        return advanced
+    }
+
+    /// Marks a run of offsets finished (`complete` for each). Returns the last new offset to store, if any advanced.
+    mutating func complete(_ offsets: some Sequence<Int64>) -> Int64? {
+        var advanced: Int64?
+        for o in offsets { if let a = complete(o) { advanced = a } }
+        return advanced
+    }
+
+    private mutating func compact() {
         if head == pending.count {
             pending.removeAll(keepingCapacity: true)
             head = 0
@@ -52,7 +72,5 @@ struct OffsetTracker: Sendable {
             pending.removeFirst(head)
             head = 0
         }
-        if let advanced { stored = advanced }
-        return advanced
     }
 }

@@ -37,6 +37,19 @@ import Testing
         #expect(s.complete([(a1, 0)]) == [a1: 1])
     }
 
+    @Test func completingWholeMessagesStoresPerPartitionRun() {
+        var s = ConsumerState()
+        _ = s.assign([a0, a1])
+        s.accept(messages(a0, 0...5) + messages(a1, 0...3))
+        let handed = s.take(10)
+        // Runs of one partition interleaved with another's: a0 finishes 0-3 and 5 (4 is still open), a1 0-2.
+        let finished = [handed[0], handed[1], handed[6], handed[2], handed[7], handed[8], handed[3], handed[5]]
+        #expect(s.complete(offsetsOf: finished) == [a0: 4, a1: 3])
+        #expect(s.complete(offsetsOf: [handed[4]]) == [a0: 6])
+        #expect(s.complete(offsetsOf: [handed[9]]) == [a1: 4])
+        #expect(s.complete(offsetsOf: []) == [:])
+    }
+
     @Test func aStalledFetchIsWokenOnlyAfterBackpressureAndOnlyWhereMoreWaits() {
         let a2 = TopicPartition(topic: "a", partition: 2)
         let a3 = TopicPartition(topic: "a", partition: 3)
