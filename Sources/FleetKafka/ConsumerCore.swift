@@ -10,6 +10,7 @@ final class ConsumerCore: RDKafkaClientOwner {
     private let state = ConditionLock(ConsumerState())
     private let closeDone = ConditionLock<Bool>(false)
     private let maxBuffered: Int
+    private let prefetchLimit: PrefetchLimit
     let logger: Logger
     let groupId: String
     let assignmentStream: AsyncStream<AssignmentChange>
@@ -35,7 +36,9 @@ final class ConsumerCore: RDKafkaClientOwner {
         logger[metadataKey: "group"] = "\(groupId)"
         self.logger = logger
         (assignmentStream, assignmentContinuation) = AsyncStream.makeStream(of: AssignmentChange.self)
-        let handle = try RDKafkaConsumerHandle(properties: configuration.consumerProperties(groupId: groupId))
+        let properties = configuration.consumerProperties(groupId: groupId)
+        self.prefetchLimit = PrefetchLimit(properties: properties)
+        let handle = try RDKafkaConsumerHandle(properties: properties)
         self.handle = handle
         try handle.subscribe(topics, owner: self)
         let core = self
@@ -90,7 +93,7 @@ final class ConsumerCore: RDKafkaClientOwner {
                 continue
             }
             // After backpressure, an empty queue is noticed within 5 ms (`wakeStalledFetch`).
-            handle.poll(timeoutMilliseconds: mayStall ? 5 : 100, into: &batch) { error in
+            let round = handle.poll(timeoutMilliseconds: mayStall ? 5 : 100, into: &batch) { error in
                 if error.isFatal {
                     setFatal(error)
                 } else {
@@ -100,7 +103,10 @@ final class ConsumerCore: RDKafkaClientOwner {
             applyPendingResets(handle)
             if batch.isEmpty && mayStall { wakeStalledFetch(handle) }
             var ready: [(BatchWaiter, Result<[KafkaMessage], KafkaError>)] = []
+            let nearLimit = prefetchLimit.nearlyReached(
+                drainedMessages: round.messages, drainedBytes: round.payloadBytes, queuedAfter: round.queuedAfter)
             state.withLock { s in
+                if nearLimit { s.prefetchQueueNearLimit() }
                 if !batch.isEmpty {
                     s.accept(batch)
                     batch = []

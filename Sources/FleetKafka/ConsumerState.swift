@@ -39,7 +39,8 @@ struct ConsumerState {
     var holding = false
     var joined = false
     var stopRequested = false
-    /// The poll thread stopped polling for backpressure since the last fetch wake (`stalledFetchPositions`).
+    /// Since the last fetch wake (`stalledFetchPositions`), the poll thread stopped polling for backpressure or a poll
+    /// round found librdkafka's queue near its limit (`prefetchQueueNearLimit`).
     var fetchMayStall = false
     /// Seeks made to wake a stalled fetch (tests, logs).
     var fetchWakes = 0
@@ -208,6 +209,12 @@ struct ConsumerState {
     ///
     /// Only partitions with messages behind the last one polled (the high watermark of their last fetch, from
     /// `highWatermark`) are sought, blocked ones never; armed again by the next backpressure.
+    /// A poll round found librdkafka's queue near its limit (`PrefetchLimit`): its fetch may stop as after
+    /// backpressure, so the next empty poll wakes it the same way.
+    mutating func prefetchQueueNearLimit() {
+        if !stopRequested { fetchMayStall = true }
+    }
+
     mutating func stalledFetchPositions(highWatermark: (TopicPartition) -> Int64?) -> [TopicPartition: Int64] {
         guard fetchMayStall, !stopRequested, !handleGone else { return [:] }
         fetchMayStall = false

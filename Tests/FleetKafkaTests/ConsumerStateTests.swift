@@ -50,6 +50,34 @@ import Testing
         #expect(s.complete(offsetsOf: []) == [:])
     }
 
+    @Test func aQueueNearItsLimitArmsTheWakeLikeBackpressure() {
+        var s = ConsumerState()
+        _ = s.assign([a0])
+        s.accept(messages(a0, 0...9))
+        s.prefetchQueueNearLimit()
+        #expect(s.stalledFetchPositions { _ in 40 } == [a0: 10])
+        s.stopRequested = true
+        s.prefetchQueueNearLimit()
+        #expect(!s.fetchMayStall, "a consumer that is stopping never seeks")
+    }
+
+    @Test func prefetchLimitsFollowTheProperties() {
+        #expect(PrefetchLimit(properties: []) == PrefetchLimit(bytes: 65_536 * 1024, messages: 100_000))
+        let bounded = PrefetchLimit(properties: [
+            ("queued.max.messages.kbytes", "65536"), ("queued.max.messages.kbytes", "20480"), ("queued.min.messages", "5000"),
+            ("queued.min.messages", "not a number"),
+        ])
+        #expect(bounded == PrefetchLimit(bytes: 20_480 * 1024, messages: 5_000), "the last valid setting wins")
+        let limit = PrefetchLimit(bytes: 20 * 1024 * 1024, messages: 100_000)
+        // 1,000 messages of 1 KiB drained and 15,000 left behind: ~16 MB, over three quarters of 20 MB.
+        #expect(limit.nearlyReached(drainedMessages: 1_000, drainedBytes: 1_024_000, queuedAfter: 15_000))
+        // The same round with 10,000 behind: ~11 MB, a fetch in flight on a healthy queue.
+        #expect(!limit.nearlyReached(drainedMessages: 1_000, drainedBytes: 1_024_000, queuedAfter: 10_000))
+        // Tiny messages reach the count limit first.
+        #expect(limit.nearlyReached(drainedMessages: 1_000, drainedBytes: 10_000, queuedAfter: 74_000))
+        #expect(!limit.nearlyReached(drainedMessages: 0, drainedBytes: 0, queuedAfter: 3))
+    }
+
     @Test func aStalledFetchIsWokenOnlyAfterBackpressureAndOnlyWhereMoreWaits() {
         let a2 = TopicPartition(topic: "a", partition: 2)
         let a3 = TopicPartition(topic: "a", partition: 3)

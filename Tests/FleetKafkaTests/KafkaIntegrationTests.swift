@@ -81,6 +81,37 @@ import Testing
         }
     }
 
+    /// A fast application and a tiny prefetch queue, with no backpressure at all (the buffer is never full): the
+    /// fetch still outruns the poll thread, librdkafka 2.0.2's queue reaches its limit and its fetch stops for a
+    /// second. The poll round that sees the queue near its limit arms the wake (`PrefetchLimit`); every offset still
+    /// arrives once, in order.
+    @Test func fetchWokenAfterTheQueueNearedItsLimitWithoutBackpressure() async throws {
+        let perPartition = 3_000
+        let (cluster, topic) = try await TestKafka.sequencedCluster("wake-fast", partitions: 6, perPartition: perPartition)
+        defer { cluster.shutdown() }
+        var config = TestKafka.config(cluster.bootstrapServers)
+        config.properties = ["queued.max.messages.kbytes": "16", "max.partition.fetch.bytes": "4096"]
+        config.maxBufferedMessages = 1_000_000
+        let consumer = try KafkaConsumer(configuration: config, groupId: TestKafka.unique("wake-fast-g"), topics: [topic])
+        var seen: [Int32: [(Int64, String)]] = [:]
+        let deadline = ContinuousClock.now + .seconds(120)
+        while ContinuousClock.now < deadline {
+            let batch = try await consumer.nextBatch(maxMessages: 5_000, timeout: .milliseconds(500))
+            for m in batch { seen[m.partition, default: []].append((m.offset, String(decoding: m.value, as: UTF8.self))) }
+            consumer.markProcessed(batch)
+            if (0..<6).allSatisfy({ (seen[Int32($0)]?.count ?? 0) >= perPartition }) { break }
+        }
+        let wakes = consumer.core.fetchWakes
+        #expect(await consumer.close(deadline: .seconds(10)))
+        #expect(wakes > 0, "the queue never came near its limit, or the wake was not armed by it")
+        for p in 0..<6 {
+            let got = seen[Int32(p)] ?? []
+            #expect(got.count == perPartition, "partition \(p): \(got.count) messages")
+            let orderedAndComplete = got.enumerated().allSatisfy { i, e in e.0 == Int64(i) && e.1 == "\(p):\(i)" }
+            #expect(orderedAndComplete, "partition \(p) lost, repeated or reordered messages")
+        }
+    }
+
     @Test func lagIsProducedMinusCommittedAndOutOfOrderCompletionNeverSkipsWork() async throws {
         let topic = TestKafka.unique("lag")
         let cluster = try await TestKafka.cluster(brokers: 1, topic: topic, partitions: 3)

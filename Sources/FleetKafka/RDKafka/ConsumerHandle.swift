@@ -34,23 +34,36 @@ final class RDKafkaConsumerHandle: @unchecked Sendable {
         consumerQueue = rd_kafka_queue_get_consumer(rk)
     }
 
+    /// What one poll round drained from librdkafka's queue, and how many entries it left there.
+    struct PollRound {
+        var messages = 0
+        var payloadBytes = 0
+        var queuedAfter = 0
+    }
+
     /// Poll thread: waits up to `timeoutMilliseconds` for the first message, then takes whatever else is already queued
     /// in one call. Messages go to `batch`; errors to `onError` (end-of-partition markers are skipped).
-    func poll(timeoutMilliseconds: Int32, into batch: inout [KafkaMessage], onError: (KafkaError) -> Void) {
-        guard let rkm = rd_kafka_consumer_poll(rk, timeoutMilliseconds) else { return }
-        convert(rkm, into: &batch, onError: onError)
+    func poll(timeoutMilliseconds: Int32, into batch: inout [KafkaMessage], onError: (KafkaError) -> Void) -> PollRound {
+        var round = PollRound()
+        guard let rkm = rd_kafka_consumer_poll(rk, timeoutMilliseconds) else { return round }
+        convert(rkm, into: &batch, round: &round, onError: onError)
         rd_kafka_message_destroy(rkm)
         let n = rkmessages.withUnsafeMutableBufferPointer { buf in
             rd_kafka_consume_batch_queue(consumerQueue, 0, buf.baseAddress, buf.count)
         }
         for i in 0..<max(0, n) {
             guard let rkm = rkmessages[i] else { continue }
-            convert(rkm, into: &batch, onError: onError)
+            convert(rkm, into: &batch, round: &round, onError: onError)
             rd_kafka_message_destroy(rkm)
         }
+        round.queuedAfter = consumerQueue.map { Int(rd_kafka_queue_length($0)) } ?? 0
+        return round
     }
 
-    private func convert(_ rkm: UnsafeMutablePointer<rd_kafka_message_t>, into batch: inout [KafkaMessage], onError: (KafkaError) -> Void) {
+    private func convert(
+        _ rkm: UnsafeMutablePointer<rd_kafka_message_t>, into batch: inout [KafkaMessage], round: inout PollRound,
+        onError: (KafkaError) -> Void
+    ) {
         let m = rkm.pointee
         if m.err != RD_KAFKA_RESP_ERR_NO_ERROR {
             if m.err == RD_KAFKA_RESP_ERR__PARTITION_EOF { return }
@@ -73,6 +86,8 @@ final class RDKafkaConsumerHandle: @unchecked Sendable {
                 names.byKey[key] = topic
             }
         } else { topic = "" }
+        round.messages += 1
+        round.payloadBytes += m.len
         let value: [UInt8] = m.payload.map { copyBytes($0, m.len) } ?? []
         let key: [UInt8]? = m.key.map { copyBytes($0, m.key_len) }
         var headers: [KafkaHeader] = []
