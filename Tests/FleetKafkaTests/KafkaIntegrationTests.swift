@@ -54,31 +54,8 @@ import Testing
     /// stops; the consumer's seek that wakes it (`ConsumerState.stalledFetchPositions`) must neither skip nor repeat a
     /// message, across three brokers (one broker thread each).
     @Test func fetchWokenAfterBackpressureDeliversEveryOffsetOnceInOrder() async throws {
-        let perPartition = 3_000
-        let (cluster, topic) = try await TestKafka.sequencedCluster("wake", partitions: 6, perPartition: perPartition)
-        defer { cluster.shutdown() }
-        var config = TestKafka.config(cluster.bootstrapServers)
-        config.properties = ["queued.max.messages.kbytes": "16", "max.partition.fetch.bytes": "4096"]
-        config.maxBufferedMessages = 100
-        let consumer = try KafkaConsumer(configuration: config, groupId: TestKafka.unique("wake-g"), topics: [topic])
-        var seen: [Int32: [(Int64, String)]] = [:]
-        let deadline = ContinuousClock.now + .seconds(120)
-        while ContinuousClock.now < deadline {
-            let batch = try await consumer.nextBatch(maxMessages: 50, timeout: .milliseconds(500))
-            for m in batch { seen[m.partition, default: []].append((m.offset, String(decoding: m.value, as: UTF8.self))) }
-            consumer.markProcessed(batch)
-            if (0..<6).allSatisfy({ (seen[Int32($0)]?.count ?? 0) >= perPartition }) { break }
-            try await Task.sleep(for: .microseconds(200))  // behind the fetch: the buffer fills, polling stops
-        }
-        let wakes = consumer.core.fetchWakes
-        #expect(await consumer.close(deadline: .seconds(10)))
+        let wakes = try await consumeThroughATinyQueue("wake", maxBuffered: 100, maxBatch: 50, pause: .microseconds(200))
         #expect(wakes > 0, "the fetch was never woken: the test did not exercise the seek")
-        for p in 0..<6 {
-            let got = seen[Int32(p)] ?? []
-            #expect(got.count == perPartition, "partition \(p): \(got.count) messages")
-            let orderedAndComplete = got.enumerated().allSatisfy { i, e in e.0 == Int64(i) && e.1 == "\(p):\(i)" }
-            #expect(orderedAndComplete, "partition \(p) lost, repeated or reordered messages")
-        }
     }
 
     /// A fast application and a tiny prefetch queue, with no backpressure at all (the buffer is never full): the
@@ -86,30 +63,41 @@ import Testing
     /// second. The poll round that sees the queue near its limit arms the wake (`PrefetchLimit`); every offset still
     /// arrives once, in order.
     @Test func fetchWokenAfterTheQueueNearedItsLimitWithoutBackpressure() async throws {
+        let wakes = try await consumeThroughATinyQueue("wake-fast", maxBuffered: 1_000_000, maxBatch: 5_000, pause: nil)
+        #expect(wakes > 0, "the queue never came near its limit, or the wake was not armed by it")
+    }
+
+    /// Consumes 6 partitions of 3,000 sequenced messages through a 16 KB librdkafka queue, marking each batch processed
+    /// (after `pause`, when given: the application behind the fetch), checks every offset arrived once and in order,
+    /// and returns how often the consumer woke the fetch.
+    private func consumeThroughATinyQueue(
+        _ name: String, maxBuffered: Int, maxBatch: Int, pause: Duration?
+    ) async throws -> Int {
         let perPartition = 3_000
-        let (cluster, topic) = try await TestKafka.sequencedCluster("wake-fast", partitions: 6, perPartition: perPartition)
+        let (cluster, topic) = try await TestKafka.sequencedCluster(name, partitions: 6, perPartition: perPartition)
         defer { cluster.shutdown() }
         var config = TestKafka.config(cluster.bootstrapServers)
         config.properties = ["queued.max.messages.kbytes": "16", "max.partition.fetch.bytes": "4096"]
-        config.maxBufferedMessages = 1_000_000
-        let consumer = try KafkaConsumer(configuration: config, groupId: TestKafka.unique("wake-fast-g"), topics: [topic])
+        config.maxBufferedMessages = maxBuffered
+        let consumer = try KafkaConsumer(configuration: config, groupId: TestKafka.unique("\(name)-g"), topics: [topic])
         var seen: [Int32: [(Int64, String)]] = [:]
         let deadline = ContinuousClock.now + .seconds(120)
         while ContinuousClock.now < deadline {
-            let batch = try await consumer.nextBatch(maxMessages: 5_000, timeout: .milliseconds(500))
+            let batch = try await consumer.nextBatch(maxMessages: maxBatch, timeout: .milliseconds(500))
             for m in batch { seen[m.partition, default: []].append((m.offset, String(decoding: m.value, as: UTF8.self))) }
             consumer.markProcessed(batch)
             if (0..<6).allSatisfy({ (seen[Int32($0)]?.count ?? 0) >= perPartition }) { break }
+            if let pause { try await Task.sleep(for: pause) }  // behind the fetch: the buffer fills, polling stops
         }
         let wakes = consumer.core.fetchWakes
         #expect(await consumer.close(deadline: .seconds(10)))
-        #expect(wakes > 0, "the queue never came near its limit, or the wake was not armed by it")
         for p in 0..<6 {
             let got = seen[Int32(p)] ?? []
             #expect(got.count == perPartition, "partition \(p): \(got.count) messages")
             let orderedAndComplete = got.enumerated().allSatisfy { i, e in e.0 == Int64(i) && e.1 == "\(p):\(i)" }
             #expect(orderedAndComplete, "partition \(p) lost, repeated or reordered messages")
         }
+        return wakes
     }
 
     @Test func lagIsProducedMinusCommittedAndOutOfOrderCompletionNeverSkipsWork() async throws {
