@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Metrics
 
 /// Owns the consumer handle and its poll thread. State changes are `ConsumerState`'s methods; this class runs the poll
 /// loop, serves the application's waiters and performs what the state asks of librdkafka (`RDKafkaConsumerHandle`).
@@ -81,7 +82,7 @@ final class ConsumerCore: RDKafkaClientOwner {
         while true {
             let (stop, full, mayStall) = state.withLock { s in
                 let full = s.buffered >= maxBuffered
-                if full { s.fetchMayStall = true }
+                if full { s.pollingStoppedForBackpressure() }
                 return (s.stopRequested, full, s.fetchMayStall)
             }
             if stop { break }
@@ -151,11 +152,13 @@ final class ConsumerCore: RDKafkaClientOwner {
         let candidates = state.withLock { s in s.fetchMayStall ? s.assignment : [] }
         var highs: [TopicPartition: Int64] = [:]
         for tp in candidates { if let w = handle.cachedWatermarks(tp) { highs[tp] = w.high } }
-        let positions = state.withLock { s in s.stalledFetchPositions { highs[$0] } }
+        let (positions, cause) = state.withLock { s in (s.stalledFetchPositions { highs[$0] }, s.fetchWakeCause) }
         guard !positions.isEmpty else { return }
         let refused = handle.seek(positions)
-        logger.debug("fetch woken after backpressure", metadata: [
-            "partitions": "\(positions.count)", "refused": "\(refused.count)",
+        Counter(label: "fleet_consumer_fetch_wakes_total", dimensions: [("group", groupId), ("cause", cause.rawValue)])
+            .increment()
+        logger.debug("fetch woken", metadata: [
+            "cause": "\(cause.rawValue)", "partitions": "\(positions.count)", "refused": "\(refused.count)",
         ])
     }
 

@@ -42,6 +42,8 @@ struct ConsumerState {
     /// Since the last fetch wake (`stalledFetchPositions`), the poll thread stopped polling for backpressure or a poll
     /// round found librdkafka's queue near its limit (`prefetchQueueNearLimit`).
     var fetchMayStall = false
+    /// What armed the wake last (the `cause` of `fleet_consumer_fetch_wakes_total`).
+    var fetchWakeCause = FetchWakeCause.backpressure
     /// Seeks made to wake a stalled fetch (tests, logs).
     var fetchWakes = 0
     /// The poll thread has finished closing; the handle is destroyed or about to be.
@@ -212,7 +214,15 @@ struct ConsumerState {
     /// A poll round found librdkafka's queue near its limit (`PrefetchLimit`): its fetch may stop as after
     /// backpressure, so the next empty poll wakes it the same way.
     mutating func prefetchQueueNearLimit() {
-        if !stopRequested { fetchMayStall = true }
+        guard !stopRequested else { return }
+        fetchMayStall = true
+        fetchWakeCause = .queueLimit
+    }
+
+    /// Backpressure: the poll thread stops polling, librdkafka's queue fills.
+    mutating func pollingStoppedForBackpressure() {
+        fetchMayStall = true
+        fetchWakeCause = .backpressure
     }
 
     mutating func stalledFetchPositions(highWatermark: (TopicPartition) -> Int64?) -> [TopicPartition: Int64] {
@@ -249,4 +259,11 @@ struct ConsumerState {
             buffered = chunks.reduce(0) { $0 + $1.count }
         }
     }
+}
+
+/// What armed a fetch wake: the consumer's own backpressure, or a poll round that found librdkafka's queue near its
+/// limit (`PrefetchLimit`).
+enum FetchWakeCause: String, Sendable {
+    case backpressure
+    case queueLimit = "queue_limit"
 }

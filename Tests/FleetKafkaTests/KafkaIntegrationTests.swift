@@ -1,3 +1,4 @@
+import FleetOperations
 import FleetTestSupport
 import Foundation
 import Synchronization
@@ -54,8 +55,9 @@ import Testing
     /// stops; the consumer's seek that wakes it (`ConsumerState.stalledFetchPositions`) must neither skip nor repeat a
     /// message, across three brokers (one broker thread each).
     @Test func fetchWokenAfterBackpressureDeliversEveryOffsetOnceInOrder() async throws {
-        let wakes = try await consumeThroughATinyQueue("wake", maxBuffered: 100, maxBatch: 50, pause: .microseconds(200))
+        let (wakes, metric) = try await consumeThroughATinyQueue("wake", maxBuffered: 100, maxBatch: 50, pause: .microseconds(200))
         #expect(wakes > 0, "the fetch was never woken: the test did not exercise the seek")
+        #expect(metric["backpressure", default: 0] > 0, "fleet_consumer_fetch_wakes_total by cause: \(metric)")
     }
 
     /// A fast application and a tiny prefetch queue, with no backpressure at all (the buffer is never full): the
@@ -63,16 +65,18 @@ import Testing
     /// second. The poll round that sees the queue near its limit arms the wake (`PrefetchLimit`); every offset still
     /// arrives once, in order.
     @Test func fetchWokenAfterTheQueueNearedItsLimitWithoutBackpressure() async throws {
-        let wakes = try await consumeThroughATinyQueue("wake-fast", maxBuffered: 1_000_000, maxBatch: 5_000, pause: nil)
+        let (wakes, metric) = try await consumeThroughATinyQueue("wake-fast", maxBuffered: 1_000_000, maxBatch: 5_000, pause: nil)
         #expect(wakes > 0, "the queue never came near its limit, or the wake was not armed by it")
+        #expect(metric == ["queue_limit": wakes], "fleet_consumer_fetch_wakes_total by cause: \(metric)")
     }
 
     /// Consumes 6 partitions of 3,000 sequenced messages through a 16 KB librdkafka queue, marking each batch processed
     /// (after `pause`, when given: the application behind the fetch), checks every offset arrived once and in order,
-    /// and returns how often the consumer woke the fetch.
+    /// and returns how often the consumer woke the fetch, and `fleet_consumer_fetch_wakes_total` of its group by cause.
     private func consumeThroughATinyQueue(
         _ name: String, maxBuffered: Int, maxBatch: Int, pause: Duration?
-    ) async throws -> Int {
+    ) async throws -> (wakes: Int, metric: [String: Int]) {
+        FleetMetrics.bootstrap()
         let perPartition = 3_000
         let (cluster, topic) = try await TestKafka.sequencedCluster(name, partitions: 6, perPartition: perPartition)
         defer { cluster.shutdown() }
@@ -90,14 +94,21 @@ import Testing
             if let pause { try await Task.sleep(for: pause) }  // behind the fetch: the buffer fills, polling stops
         }
         let wakes = consumer.core.fetchWakes
+        let group = consumer.groupId
         #expect(await consumer.close(deadline: .seconds(10)))
+        var metric: [String: Int] = [:]
+        for line in OffsetResetTests.metricsText().split(separator: "\n")
+        where line.hasPrefix("fleet_consumer_fetch_wakes_total{group=\"\(group)\",") {
+            let cause = line.split(separator: "cause=\"").last?.split(separator: "\"").first.map(String.init) ?? "?"
+            metric[cause] = line.split(separator: " ").last.flatMap { Int($0) }
+        }
         for p in 0..<6 {
             let got = seen[Int32(p)] ?? []
             #expect(got.count == perPartition, "partition \(p): \(got.count) messages")
             let orderedAndComplete = got.enumerated().allSatisfy { i, e in e.0 == Int64(i) && e.1 == "\(p):\(i)" }
             #expect(orderedAndComplete, "partition \(p) lost, repeated or reordered messages")
         }
-        return wakes
+        return (wakes, metric)
     }
 
     @Test func lagIsProducedMinusCommittedAndOutOfOrderCompletionNeverSkipsWork() async throws {
