@@ -197,20 +197,6 @@ struct ConsumerState {
         }
     }
 
-    /// After backpressure, once a poll found librdkafka's queue empty: the partitions to seek to the next offset this
-    /// consumer expects, so that librdkafka fetches again at once instead of up to a second later.
-    ///
-    /// While the application is behind, the poll thread stops polling and librdkafka's prefetch queue fills to
-    /// `queued.max.messages.kbytes`. librdkafka 2.0.2 then takes its partitions out of the fetch and its broker thread
-    /// sleeps until something wakes it, at the latest after a second (2.4 made that pause configurable as
-    /// `fetch.queue.backoff.ms`). A consumer that drains the queue faster than that waits with nothing to do: `fleet
-    /// bench worker` on a fast machine, with notifications of ~14 KB, 20 MB of queue lasted ~0.45 s and the worker
-    /// then idled ~0.4 s of every cycle. A seek is one of the few things that wakes the broker thread; seeking to the
-    /// offset after the last message polled drops nothing (the queue is empty: at most a fetch in flight is fetched
-    /// again) and hands out nothing twice (librdkafka discards messages fetched before the seek).
-    ///
-    /// Only partitions with messages behind the last one polled (the high watermark of their last fetch, from
-    /// `highWatermark`) are sought, blocked ones never; armed again by the next backpressure.
     /// A poll round found librdkafka's queue near its limit (`PrefetchLimit`): its fetch may stop as after
     /// backpressure, so the next empty poll wakes it the same way.
     mutating func prefetchQueueNearLimit() {
@@ -225,6 +211,21 @@ struct ConsumerState {
         fetchWakeCause = .backpressure
     }
 
+    /// Once armed (backpressure, or a queue near its limit) and a poll found librdkafka's queue empty: the partitions
+    /// to seek to the next offset this consumer expects, so that librdkafka fetches again at once instead of up to a
+    /// second later.
+    ///
+    /// While the application is behind, the poll thread stops polling and librdkafka's prefetch queue fills to
+    /// `queued.max.messages.kbytes`. librdkafka 2.0.2 then takes its partitions out of the fetch and its broker thread
+    /// sleeps until something wakes it, at the latest after a second (2.4 made that pause configurable as
+    /// `fetch.queue.backoff.ms`). A consumer that drains the queue faster than that waits with nothing to do: `fleet
+    /// bench worker` on a fast machine, with notifications of ~14 KB, 20 MB of queue lasted ~0.45 s and the worker
+    /// then idled ~0.4 s of every cycle. A seek is one of the few things that wakes the broker thread; seeking to the
+    /// offset after the last message polled drops nothing (the queue is empty: at most a fetch in flight is fetched
+    /// again) and hands out nothing twice (librdkafka discards messages fetched before the seek).
+    ///
+    /// Only partitions with messages behind the last one polled (the high watermark of their last fetch, from
+    /// `highWatermark`) are sought, blocked ones never; armed again by the next backpressure or full queue.
     mutating func stalledFetchPositions(highWatermark: (TopicPartition) -> Int64?) -> [TopicPartition: Int64] {
         guard fetchMayStall, !stopRequested, !handleGone else { return [:] }
         fetchMayStall = false
