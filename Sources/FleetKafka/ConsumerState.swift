@@ -116,13 +116,8 @@ struct ConsumerState {
     /// `complete` for the messages' offsets: one tracker access per run of one partition (batches come in such runs).
     mutating func complete(offsetsOf messages: [KafkaMessage]) -> [TopicPartition: Int64] {
         var advances: [TopicPartition: Int64] = [:]
-        var i = messages.startIndex
-        while i < messages.endIndex {
-            let tp = messages[i].topicPartition
-            var j = i + 1
-            while j < messages.endIndex, messages[j].partition == tp.partition, messages[j].topic == tp.topic { j += 1 }
-            if let next = trackers[tp]?.complete(messages[i..<j].lazy.map(\.offset)) { advances[tp] = next }
-            i = j
+        forEachPartitionRun(messages) { tp, run in
+            if let next = trackers[tp]?.complete(run.lazy.map(\.offset)) { advances[tp] = next }
         }
         return advances
     }
@@ -173,28 +168,13 @@ struct ConsumerState {
         }
         buffered -= out.count
         // Messages arrive in runs per partition: one dictionary access per run, trackers mutated in place.
-        var i = 0
-        while i < out.count {
-            let tp = out[i].topicPartition
-            var j = i
-            while j < out.count, out[j].partition == tp.partition, out[j].topic == tp.topic { j += 1 }
-            let run = out[i..<j]
-            trackers[tp, default: OffsetTracker()].handOut(run.lazy.map(\.offset))
-            i = j
-        }
+        forEachPartitionRun(out) { tp, run in trackers[tp, default: OffsetTracker()].handOut(run.lazy.map(\.offset)) }
         return out
     }
 
     /// Records the next offset per partition; messages come in runs per partition, so one write per run.
     mutating func noteFetched(_ messages: [KafkaMessage]) {
-        var i = messages.startIndex
-        while i < messages.endIndex {
-            let tp = messages[i].topicPartition
-            var j = i + 1
-            while j < messages.endIndex, messages[j].partition == tp.partition, messages[j].topic == tp.topic { j += 1 }
-            fetched[tp] = messages[j - 1].offset + 1
-            i = j
-        }
+        forEachPartitionRun(messages) { tp, run in fetched[tp] = run[run.endIndex - 1].offset + 1 }
     }
 
     /// A poll round found librdkafka's queue near its limit (`PrefetchLimit`): its fetch may stop as after
@@ -267,4 +247,17 @@ struct ConsumerState {
 enum FetchWakeCause: String, Sendable {
     case backpressure
     case queueLimit = "queue_limit"
+}
+
+/// Calls `body` once per run of consecutive messages of one partition (fetched and handed-out batches come in such
+/// runs), with the partition and the run.
+private func forEachPartitionRun(_ messages: [KafkaMessage], _ body: (TopicPartition, ArraySlice<KafkaMessage>) -> Void) {
+    var i = messages.startIndex
+    while i < messages.endIndex {
+        let tp = messages[i].topicPartition
+        var j = i + 1
+        while j < messages.endIndex, messages[j].partition == tp.partition, messages[j].topic == tp.topic { j += 1 }
+        body(tp, messages[i..<j])
+        i = j
+    }
 }
