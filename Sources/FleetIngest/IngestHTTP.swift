@@ -108,31 +108,65 @@ enum IngestHTTP {
     /// A JSON answer (compact, keys sorted). `close` asks for the connection to be closed after it (the rest of an
     /// unread body is then never read).
     static func json(_ status: HTTPResponse.Status, _ object: [String: JSONValue], close: Bool = false, retryAfter: Int? = nil, channel: (any Channel)? = nil) -> Response {
-        var bytes = JSONValue.object(object).serializedBytes(sortedKeys: true)
-        bytes.append(UInt8(ascii: "\n"))
-        return json(status, bytes: bytes, close: close, retryAfter: retryAfter, channel: channel)
+        IngestAnswer(status: status, object: object, retryAfter: retryAfter).response(close: close, channel: channel)
     }
 
-    /// A JSON answer from ready bytes.
-    static func json(_ status: HTTPResponse.Status, bytes: [UInt8], close: Bool = false, retryAfter: Int? = nil, channel: (any Channel)? = nil) -> Response {
+    static func error(_ status: HTTPResponse.Status, reason: String, detail: String, close: Bool = false, retryAfter: Int? = nil, channel: (any Channel)? = nil) -> Response {
+        IngestAnswer.error(status, reason: reason, detail: detail, retryAfter: retryAfter).response(close: close, channel: channel)
+    }
+}
+
+/// An endpoint's JSON answer before it is written: a Hummingbird `Response` for the routes (`response`), the HTTP
+/// parts of `TransactionFastPath` otherwise, with the same status, headers and bytes.
+struct IngestAnswer: Sendable {
+    var status: HTTPResponse.Status
+    /// The JSON body, newline-terminated.
+    var body: [UInt8]
+    var retryAfter: Int?
+
+    init(status: HTTPResponse.Status, body: [UInt8], retryAfter: Int? = nil) {
+        self.status = status
+        self.body = body
+        self.retryAfter = retryAfter
+    }
+
+    /// A compact JSON object with sorted keys.
+    init(status: HTTPResponse.Status, object: [String: JSONValue], retryAfter: Int? = nil) {
+        var bytes = JSONValue.object(object).serializedBytes(sortedKeys: true)
+        bytes.append(UInt8(ascii: "\n"))
+        self.init(status: status, body: bytes, retryAfter: retryAfter)
+    }
+
+    static func error(_ status: HTTPResponse.Status, reason: String, detail: String, retryAfter: Int? = nil) -> IngestAnswer {
+        IngestAnswer(status: status, object: ["error": .string(reason), "detail": .string(detail)], retryAfter: retryAfter)
+    }
+
+    /// 503: the broker did not take the input in time.
+    static func unavailable(retryAfter: Int) -> IngestAnswer {
+        .error(.serviceUnavailable, reason: "unavailable",
+               detail: "the input could not be stored in time; nothing was accepted, retry later", retryAfter: retryAfter)
+    }
+
+    /// The answer's header fields (besides those every answer of the server gets: `Date`, `Server`).
+    func headerFields(close: Bool) -> HTTPFields {
         var headers: HTTPFields = [.contentType: "application/json"]
         if let retryAfter { headers[.retryAfter] = String(retryAfter) }
-        let buffer = ByteBuffer(bytes: bytes)
+        if close { headers[.connection] = "close" }
+        return headers
+    }
+
+    /// As Hummingbird's `Response`. `close` (with the connection's `channel`) closes the connection after it.
+    func response(close: Bool = false, channel: (any Channel)? = nil) -> Response {
+        let buffer = ByteBuffer(bytes: body)
         guard close, let channel else {
-            return Response(status: status, headers: headers, body: .init(byteBuffer: buffer))
+            return Response(status: status, headers: headerFields(close: false), body: .init(byteBuffer: buffer))
         }
-        headers[.connection] = "close"
-        let body = buffer
-        return Response(status: status, headers: headers, body: ResponseBody(contentLength: body.readableBytes) { writer in
-            try await writer.write(body)
+        return Response(status: status, headers: headerFields(close: true), body: ResponseBody(contentLength: buffer.readableBytes) { writer in
+            try await writer.write(buffer)
             try await writer.finish(nil)
             // Queued after the response's own writes on the channel's event loop.
             channel.close(promise: nil)
         })
-    }
-
-    static func error(_ status: HTTPResponse.Status, reason: String, detail: String, close: Bool = false, retryAfter: Int? = nil, channel: (any Channel)? = nil) -> Response {
-        json(status, ["error": .string(reason), "detail": .string(detail)], close: close, retryAfter: retryAfter, channel: channel)
     }
 }
 

@@ -65,9 +65,14 @@ struct IngestHandler: Sendable {
     func handle(_ endpoint: Endpoint, _ request: Request, _ context: IngestRequestContext) async -> Response {
         let began = ContinuousClock.now
         let response = await respond(endpoint, request, context)
-        count(endpoint, response)
-        metrics.duration(endpoint).recordNanoseconds((ContinuousClock.now - began).nanoseconds)
+        answered(endpoint, status: response.status.code, since: began)
         return response
+    }
+
+    /// Counts an answer (`fleet_ingest_requests_total`) and its time since the request arrived.
+    func answered(_ endpoint: Endpoint, status: Int, since began: ContinuousClock.Instant) {
+        metrics.requests(endpoint, status: status).increment()
+        metrics.duration(endpoint).recordNanoseconds((ContinuousClock.now - began).nanoseconds)
     }
 
     private func respond(_ endpoint: Endpoint, _ request: Request, _ context: IngestRequestContext) async -> Response {
@@ -111,16 +116,40 @@ struct IngestHandler: Sendable {
                                     detail: "the body is larger than \(configuration.maxBodyBytes) bytes",
                                     close: request.headers[.contentLength] == nil || IngestHTTP.closeUnread(request), channel: channel)
         case .timedOut:
-            bad(endpoint, "request_timeout")
-            return IngestHTTP.error(.requestTimeout, reason: "request_timeout", detail: "the body was not received in time", close: true, channel: channel)
+            return bodyUnread(endpoint, timedOut: true).response(close: true, channel: channel)
         case .failed:
-            bad(endpoint, "body_read_failed")
-            return IngestHTTP.error(.badRequest, reason: "body_read_failed", detail: "the body could not be read", close: true, channel: channel)
+            return bodyUnread(endpoint, timedOut: false).response(close: true, channel: channel)
         }
         switch endpoint {
         case .notifications: return await notification(body)
-        case .transactions: return await transaction(body)
+        case .transactions: return await transaction(body).response()
         }
+    }
+
+    /// The declared body length when `TransactionFastPath` may answer this request itself: a `POST` to the
+    /// transactions path (no query) with a declared length within the bound, a JSON content type, no content coding,
+    /// the bearer token when one is configured, and no `Connection`, `Expect` or `Transfer-Encoding` field. Every
+    /// other request, and every refusal before the body, is the routes' (`respond`), so each is answered by one code.
+    func fastPathLength(_ head: HTTPRequest) -> Int? {
+        guard head.method == .post, head.path == configuration.transactionsPath else { return nil }
+        let fields = head.headerFields
+        guard fields[.connection] == nil, fields[.expect] == nil, fields[.transferEncoding] == nil,
+              let declared = fields[.contentLength].flatMap({ Int($0) }), declared > 0, declared <= configuration.maxBodyBytes,
+              IngestHTTP.isJSON(fields[.contentType]), fields[.contentEncoding].map(IngestHTTP.isIdentity) ?? true
+        else { return nil }
+        if let token = configuration.apiToken, !IngestHTTP.authorized(fields[.authorization], token: token) { return nil }
+        return declared
+    }
+
+    /// The answer to a request whose body did not arrive in time (408) or could not be read (400); the connection is
+    /// closed after it.
+    func bodyUnread(_ endpoint: Endpoint, timedOut: Bool) -> IngestAnswer {
+        if timedOut {
+            bad(endpoint, "request_timeout")
+            return .error(.requestTimeout, reason: "request_timeout", detail: "the body was not received in time")
+        }
+        bad(endpoint, "body_read_failed")
+        return .error(.badRequest, reason: "body_read_failed", detail: "the body could not be read")
     }
 
     private func notification(_ body: [UInt8]) async -> Response {
@@ -133,17 +162,19 @@ struct IngestHandler: Sendable {
                                       headers: [KafkaHeader(key: FleetHeaders.ingestEndpoint, string: Endpoint.notifications.rawValue)])
         switch await publish(message, .notifications, meanwhile: {}).0 {
         case .success(let report):
-            return IngestHTTP.json(.ok, bytes: Array("{\"offset\":\(report.offset),\"partition\":\(report.partition),\"status\":\"accepted\"}\n".utf8))
-        case .failure(let error):
-            return unavailable(error)
+            return IngestAnswer(status: .ok, body: Array("{\"offset\":\(report.offset),\"partition\":\(report.partition),\"status\":\"accepted\"}\n".utf8)).response()
+        case .failure:
+            return IngestAnswer.unavailable(retryAfter: configuration.retryAfterSeconds).response()
         }
     }
 
-    private func transaction(_ body: [UInt8]) async -> Response {
+    /// A whole `/v1/transactions` body, published and verified at once: the answer for Hummingbird's route and for
+    /// `TransactionFastPath` alike.
+    func transaction(_ body: [UInt8]) async -> IngestAnswer {
         let parsed: TransactionRequest
         do { parsed = try IngestRequests.transaction(body) } catch {
             bad(.transactions, error.reason)
-            return IngestHTTP.error(.badRequest, reason: error.reason, detail: error.detail)
+            return .error(.badRequest, reason: error.reason, detail: error.detail)
         }
         var headers = [KafkaHeader(key: FleetHeaders.ingestEndpoint, string: Endpoint.transactions.rawValue)]
         if let device = parsed.deviceVerificationId {
@@ -159,24 +190,26 @@ struct IngestHandler: Sendable {
                                   at: InputCoordinates(topic: topic, partition: -1, offset: -1))
             }
         }
-        if case .failure(let error) = report { return unavailable(error) }
+        if case .failure = report { return .unavailable(retryAfter: configuration.retryAfterSeconds) }
         guard let outcome = verdict else {
             // The pool has stopped (shutdown): the input is on the topic, the workers will judge it.
-            return IngestHTTP.error(.serviceUnavailable, reason: "unavailable", detail: "shutting down; retry later",
-                                    retryAfter: configuration.retryAfterSeconds)
+            return .error(.serviceUnavailable, reason: "unavailable", detail: "shutting down; retry later",
+                          retryAfter: configuration.retryAfterSeconds)
         }
         switch outcome {
         case .events(let events, let kind):
             metrics.verified.increment()
-            return IngestHTTP.json(.ok, bytes: Self.verifiedBody(events, kind: kind))
+            return IngestAnswer(status: .ok, body: Self.verifiedBody(events, kind: kind))
         case .rejected(let reason, let detail):
             metrics.counter("fleet_ingest_verdicts_total", ("verdict", "rejected"), ("reason", reason.rawValue)).increment()
-            return IngestHTTP.json(.unprocessableContent, ["verdict": .string("rejected"), "reason": .string(reason.rawValue), "detail": .string(detail)])
+            return IngestAnswer(status: .unprocessableContent, object: [
+                "verdict": .string("rejected"), "reason": .string(reason.rawValue), "detail": .string(detail)])
         case .retryable(let reason, let detail):
             // Published (the workers verify it once the status is known); no verdict now: the client retries.
             metrics.counter("fleet_ingest_verdicts_total", ("verdict", "retryable"), ("reason", reason.rawValue)).increment()
-            return IngestHTTP.json(
-                .serviceUnavailable, ["verdict": .string("retryable"), "reason": .string(reason.rawValue), "detail": .string(detail)],
+            return IngestAnswer(
+                status: .serviceUnavailable,
+                object: ["verdict": .string("retryable"), "reason": .string(reason.rawValue), "detail": .string(detail)],
                 retryAfter: configuration.retryAfterSeconds)
         }
     }
@@ -224,12 +257,6 @@ struct IngestHandler: Sendable {
         key("verdict"); string("verified")
         out.append(contentsOf: "}\n".utf8)
         return out
-    }
-
-    private func unavailable(_ error: KafkaError) -> Response {
-        IngestHTTP.error(.serviceUnavailable, reason: "unavailable",
-                         detail: "the input could not be stored in time; nothing was accepted, retry later",
-                         retryAfter: configuration.retryAfterSeconds)
     }
 
     /// Enqueues `message`, runs `meanwhile` (the transaction's verification) while it is delivered, and returns the

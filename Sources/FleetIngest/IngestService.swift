@@ -18,6 +18,8 @@ import Synchronization
 public final class IngestService: Service, Sendable {
     public static let readinessCondition = "ingest-http"
     public static let producerCondition = "kafka-producer"
+    /// The `Server` field of every answer.
+    static let serverName = "fleet-ingest"
 
     public let configuration: IngestConfiguration
     let processor: InputProcessor
@@ -68,11 +70,13 @@ public final class IngestService: Service, Sendable {
             router: router,
             // Each connection's requests are handled on its own event loop, not on the cooperative pool.
             // Each request's body has its deadline (`RequestDeadlineHandler`); idle connections close after `idle`.
-            server: .loopBoundHTTP1(configuration: .init(
-                additionalChannelHandlers: [RequestDeadlineHandler(timeout: requestTimeout)],
-                idleTimeout: .nanoseconds(idle.nanoseconds))),
+            // Well-formed `/v1/transactions` requests are answered in front of Hummingbird (`TransactionFastPath`).
+            server: .loopBoundHTTP1(
+                configuration: .init(additionalChannelHandlers: [RequestDeadlineHandler(timeout: requestTimeout)],
+                                     idleTimeout: .nanoseconds(idle.nanoseconds)),
+                lastHandlers: { [TransactionFastPath(ingest: handler, serverName: Self.serverName)] }),
             // A deep accept backlog: bursts of new connections (Apple, many apps at once) wait instead of being refused.
-            configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "fleet-ingest",
+            configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: Self.serverName,
                                  backlog: max(256, configuration.maxInFlight)),
             onServerRunning: { channel in
                 readiness.set(IngestService.readinessCondition, true)

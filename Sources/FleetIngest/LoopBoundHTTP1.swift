@@ -17,9 +17,18 @@ struct LoopBoundHTTP1Channel: ServerChildChannel {
     typealias Value = HTTP1Channel.Value
 
     let base: HTTP1Channel
+    /// Handlers placed last, after Hummingbird's connection state handler, in front of its request loop.
+    let lastHandlers: @Sendable () -> [any ChannelHandler]
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
         base.setup(channel: channel, logger: logger).flatMapThrowing { value in
+            let handlers = lastHandlers()
+            if !handlers.isEmpty {
+                // Hummingbird's pipeline ends with its connection state handler; its request loop reads from the
+                // handler NIOAsyncChannel put after it. Without that state handler the connection cannot be set up.
+                let state = try channel.pipeline.syncOperations.handler(type: HTTPConnectionStateHandler.self)
+                try channel.pipeline.syncOperations.addHandlers(handlers, position: .after(state))
+            }
             // Right after the HTTP/1 decoder: before the conversion to HTTP types, which drops the request's version.
             // (Should a later Hummingbird build its pipeline without that decoder, connections still open; the
             // `expectContinue` test would say so.)
@@ -38,9 +47,13 @@ struct LoopBoundHTTP1Channel: ServerChildChannel {
 }
 
 extension HTTPServerBuilder {
-    /// `.http1(configuration:)` with each connection's task on its own event loop (`LoopBoundHTTP1Channel`).
-    static func loopBoundHTTP1(configuration: HTTP1Channel.Configuration) -> HTTPServerBuilder {
-        .init { responder in LoopBoundHTTP1Channel(base: HTTP1Channel(responder: responder, configuration: configuration)) }
+    /// `.http1(configuration:)` with each connection's task on its own event loop (`LoopBoundHTTP1Channel`), and
+    /// `lastHandlers` (made for each connection) in front of Hummingbird's request loop.
+    static func loopBoundHTTP1(configuration: HTTP1Channel.Configuration,
+                               lastHandlers: @escaping @Sendable () -> [any ChannelHandler] = { [] }) -> HTTPServerBuilder {
+        .init { responder in
+            LoopBoundHTTP1Channel(base: HTTP1Channel(responder: responder, configuration: configuration), lastHandlers: lastHandlers)
+        }
     }
 }
 

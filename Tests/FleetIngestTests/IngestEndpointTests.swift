@@ -177,6 +177,32 @@ struct IngestEndpointTests {
         await h.stop()
     }
 
+    @Test("a transaction answered in front of Hummingbird (TransactionFastPath) and one answered by the route agree: status, fields, body")
+    func fastPathAndRouteAgree() async throws {
+        let h = try await IngestHarness()
+        let pki = IngestHarness.pki
+        let valid = Array("{\"signedTransaction\":\"\(pki.sign(TestPayloads.transaction(transactionId: "2000000000000777")))\"}".utf8)
+        let forged = Array("{\"signedTransaction\":\"\(try TestPKI.forged().sign(TestPayloads.transaction()))\"}".utf8)
+        let bad = Array("{\"signedTransaction\":1}".utf8)
+        let pairs = try await onThread { () -> [(fast: HTTPResult, route: HTTPResult)] in
+            let c = try h.connect()
+            // `Connection: keep-alive` changes nothing for HTTP/1.1, but the fast path leaves every request with a
+            // Connection field to the route.
+            return try [valid, forged, bad].map { body in
+                (try c.postJSON(Self.transactions, body), try c.postJSON(Self.transactions, body, headers: [("Connection", "keep-alive")]))
+            }
+        }
+        for (fast, route) in pairs {
+            #expect(fast.status == route.status)
+            #expect(fast.text == route.text)
+            let names = { (r: HTTPResult) in Set(r.headers.map { $0.name.lowercased() }) }
+            #expect(names(fast) == names(route), "fields \(fast.headers) against \(route.headers)")
+            for name in ["content-type", "content-length", "server"] { #expect(fast.header(name) == route.header(name), "\(name)") }
+        }
+        #expect(pairs.map(\.fast.status) == [200, 422, 400])
+        await h.stop()
+    }
+
     @Test("bearer token on /v1/transactions (401 otherwise); the Apple endpoint stays open")
     func bearerToken() async throws {
         let token = "s3cret-token-0123456789abcdef"

@@ -20,21 +20,32 @@ struct IngestFaultTests {
         let other = Mutex<[String]>([])
     }
 
-    /// Sends notifications from `threads` threads until `stop` is set; tallies the answers.
-    static func load(_ h: IngestHarness, threads: Int, stop: Flag, tally: Tally) async throws {
+    /// Sends notifications from `threads` threads until `stop` is set; tallies the answers. With `transactions`, every
+    /// second request is a signed transaction to `/v1/transactions` (answered by `TransactionFastPath`), tallied by the
+    /// JWS it publishes.
+    static func load(_ h: IngestHarness, threads: Int, stop: Flag, tally: Tally, transactions: Bool = false) async throws {
         let pki = IngestHarness.pki
+        let sequence = Box()
         try await withThrowingTaskGroup(of: Void.self) { group in
             for _ in 0..<threads {
                 group.addTask {
                     try await onThread {
                         var conn: HTTPConnection?
                         while !stop.isSet {
-                            let body = notificationBody(pki.signNotification(type: .didRenew))
+                            let n = sequence.value.add(1, ordering: .relaxed).oldValue
+                            let (path, body, published): (String, [UInt8], [UInt8])
+                            if transactions, n % 2 == 1 {
+                                let jws = pki.sign(TestPayloads.transaction(transactionId: String(3_000_000_000_000_000 + n)))
+                                (path, body, published) = ("/v1/transactions", Array("{\"signedTransaction\":\"\(jws)\"}".utf8), Array(jws.utf8))
+                            } else {
+                                let note = notificationBody(pki.signNotification(type: .didRenew))
+                                (path, body, published) = (Self.path, note, note)
+                            }
                             do {
                                 if conn == nil || !conn!.isOpen { conn = try h.connect() }
-                                let r = try conn!.postJSON(Self.path, body)
+                                let r = try conn!.postJSON(path, body)
                                 switch r.status {
-                                case 200: tally.accepted.withLock { $0.append(body) }
+                                case 200: tally.accepted.withLock { $0.append(published) }
                                 case 503:
                                     tally.unavailable.add(1, ordering: .relaxed)
                                     if r.header("Retry-After") == nil { tally.retryAfterMissing.add(1, ordering: .relaxed) }
@@ -53,14 +64,14 @@ struct IngestFaultTests {
         }
     }
 
-    @Test("broker down for seconds: 503 + Retry-After, never 200; every 200 is on the topic afterwards")
+    @Test("broker down for seconds (notifications and transactions): 503 + Retry-After, never 200; every 200 is on the topic afterwards")
     func brokerDown() async throws {
         // 16 partitions: the mock keeps ~5 MiB a partition, and the loaders send as fast as the server answers (8,816
         // notifications acknowledged in one run, more than 3 partitions held: the oldest were deleted before the read).
         let h = try await IngestHarness(brokers: 1, partitions: 16) { $0.publishTimeout = .milliseconds(1500) }
         let stop = Flag()
         let tally = Tally()
-        let loader = Task { try await Self.load(h, threads: 8, stop: stop, tally: tally) }
+        let loader = Task { try await Self.load(h, threads: 8, stop: stop, tally: tally, transactions: true) }
         // The fault starts once the load is flowing (on a loaded machine the first answers can take a while).
         let flowing = ContinuousClock.now + .seconds(60)
         while ContinuousClock.now < flowing, tally.accepted.withLock({ $0.count }) < 20 {
@@ -125,12 +136,12 @@ struct IngestFaultTests {
         await h.stop()
     }
 
-    @Test("graceful shutdown mid-load: in-flight requests finish, no 200 without its message on the topic")
+    @Test("graceful shutdown mid-load (notifications and transactions): in-flight requests finish, no 200 without its message on the topic")
     func shutdownMidLoad() async throws {
         let h = try await IngestHarness(brokers: 1, partitions: 16)  // room for 3 s of full-speed load (see brokerDown)
         let stop = Flag()
         let tally = Tally()
-        let loader = Task { try await Self.load(h, threads: 8, stop: stop, tally: tally) }
+        let loader = Task { try await Self.load(h, threads: 8, stop: stop, tally: tally, transactions: true) }
         try await Task.sleep(for: .seconds(3))
         let ended = await h.stop()
         if case .failure(let e) = ended { Issue.record("the service ended with \(e)") }
