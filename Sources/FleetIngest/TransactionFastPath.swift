@@ -51,6 +51,8 @@ final class TransactionFastPath: ChannelDuplexHandler, RemovableChannelHandler {
     private let serverName: String
     private var state = State.idle
     private var body: [UInt8] = []
+    /// The declared length of the request being collected (at most the size bound).
+    private var declared = 0
     private var began = ContinuousClock.now
     /// Requests handed on to Hummingbird whose answer's end has not been written.
     private var unansweredUpstream = 0
@@ -86,12 +88,15 @@ final class TransactionFastPath: ChannelDuplexHandler, RemovableChannelHandler {
                 state = .collecting
                 began = .now
                 body = []
-                body.reserveCapacity(length)
+                declared = length
                 return false
             }
             unansweredUpstream += 1
             state = .forwarding
         case (.collecting, .body(let chunk)):
+            // Room for the declared length once the body starts to arrive (a client that declares and sends nothing
+            // holds no buffer).
+            if body.isEmpty { body.reserveCapacity(declared) }
             body.append(contentsOf: chunk.readableBytesView)
             return false
         case (.collecting, .end):
