@@ -84,26 +84,12 @@ struct IngestHandler: Sendable {
                                     close: IngestHTTP.closeUnread(request), retryAfter: configuration.retryAfterSeconds, channel: channel)
         }
         defer { gate.leave() }
-        if endpoint == .transactions, let token = configuration.apiToken,
-           !IngestHTTP.authorized(request.headers[.authorization], token: token) {
-            bad(endpoint, "unauthorized")
-            var r = IngestHTTP.error(.unauthorized, reason: "unauthorized", detail: "a valid bearer token is required",
+        if let refusal = refusalBeforeBody(endpoint, request.headers) {
+            bad(endpoint, refusal.reason)
+            var r = IngestHTTP.error(refusal.status, reason: refusal.reason, detail: refusal.detail,
                                      close: IngestHTTP.closeUnread(request), channel: channel)
-            r.headers[.wwwAuthenticate] = "Bearer"
+            if refusal.status == .unauthorized { r.headers[.wwwAuthenticate] = "Bearer" }
             return r
-        }
-        guard IngestHTTP.isJSON(request.headers[.contentType]) else {
-            bad(endpoint, "unsupported_media_type")
-            return IngestHTTP.error(.unsupportedMediaType, reason: "unsupported_media_type",
-                                    detail: "Content-Type must be application/json, got \(request.headers[.contentType] ?? "")",
-                                    close: IngestHTTP.closeUnread(request), channel: channel)
-        }
-        if let coding = request.headers[.contentEncoding], !IngestHTTP.isIdentity(coding) {
-            // A compressed body would be published as it came and fail as "not JSON" everywhere after: say why here.
-            bad(endpoint, "unsupported_content_encoding")
-            return IngestHTTP.error(.unsupportedMediaType, reason: "unsupported_content_encoding",
-                                    detail: "Content-Encoding \(coding) is not accepted; send the JSON body uncompressed",
-                                    close: IngestHTTP.closeUnread(request), channel: channel)
         }
         let body: [UInt8]
         switch await IngestHTTP.readBody(request, limit: configuration.maxBodyBytes, channel: channel) {
@@ -126,18 +112,35 @@ struct IngestHandler: Sendable {
         }
     }
 
+    /// What a request is refused for by its fields alone, before its body is read: 401 (no valid bearer token, when
+    /// one is configured for `/v1/transactions`), 415 (not a JSON content type, or a content coding). The routes
+    /// answer it (`respond`); `TransactionFastPath` takes only requests without one.
+    func refusalBeforeBody(_ endpoint: Endpoint, _ fields: HTTPFields) -> (status: HTTPResponse.Status, reason: String, detail: String)? {
+        if endpoint == .transactions, let token = configuration.apiToken, !IngestHTTP.authorized(fields[.authorization], token: token) {
+            return (.unauthorized, "unauthorized", "a valid bearer token is required")
+        }
+        guard IngestHTTP.isJSON(fields[.contentType]) else {
+            return (.unsupportedMediaType, "unsupported_media_type", "Content-Type must be application/json, got \(fields[.contentType] ?? "")")
+        }
+        if let coding = fields[.contentEncoding], !IngestHTTP.isIdentity(coding) {
+            // A compressed body would be published as it came and fail as "not JSON" everywhere after: say why here.
+            return (.unsupportedMediaType, "unsupported_content_encoding",
+                    "Content-Encoding \(coding) is not accepted; send the JSON body uncompressed")
+        }
+        return nil
+    }
+
     /// The declared body length when `TransactionFastPath` may answer this request itself: a `POST` to the
-    /// transactions path (no query) with a declared length within the bound, a JSON content type, no content coding,
-    /// the bearer token when one is configured, and no `Connection`, `Expect` or `Transfer-Encoding` field. Every
-    /// other request, and every refusal before the body, is the routes' (`respond`), so each is answered by one code.
+    /// transactions path (no query) with no refusal before its body (`refusalBeforeBody`), a declared length within
+    /// the bound, and no `Connection`, `Expect` or `Transfer-Encoding` field. Every other request, and every refusal,
+    /// is the routes' (`respond`), so each is answered by one code.
     func fastPathLength(_ head: HTTPRequest) -> Int? {
         guard head.method == .post, head.path == configuration.transactionsPath else { return nil }
         let fields = head.headerFields
         guard fields[.connection] == nil, fields[.expect] == nil, fields[.transferEncoding] == nil,
               let declared = fields[.contentLength].flatMap({ Int($0) }), declared > 0, declared <= configuration.maxBodyBytes,
-              IngestHTTP.isJSON(fields[.contentType]), fields[.contentEncoding].map(IngestHTTP.isIdentity) ?? true
+              refusalBeforeBody(.transactions, fields) == nil
         else { return nil }
-        if let token = configuration.apiToken, !IngestHTTP.authorized(fields[.authorization], token: token) { return nil }
         return declared
     }
 
